@@ -1,0 +1,14 @@
+# Warnings for gpumem's own targets only (linked PRIVATE, so consumers never inherit them).
+add_library(gpumem_warnings INTERFACE)
+target_compile_options(gpumem_warnings INTERFACE
+  $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
+    -Wnon-virtual-dtor -Wold-style-cast -Wcast-align -Woverloaded-virtual -Wnull-dereference>
+  $<$<COMPILE_LANG_AND_ID:C,GNU,Clang>:-Wall -Wextra -Wpedantic>)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  target_compile_options(gpumem_warnings INTERFACE -Wthread-safety)
+endif()
+if(GPUMEM_WARNINGS_AS_ERRORS)
+  target_compile_options(gpumem_warnings INTERFACE $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Werror>
+    $<$<COMPILE_LANG_AND_ID:C,GNU,Clang>:-Werror>)
+endif()
+install(TARGETS gpumem_warnings EXPORT gpumem-targets)

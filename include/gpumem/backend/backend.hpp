@@ -1,0 +1,158 @@
+/**
+ * @file backend.hpp
+ * The runtime interface under every gpumem handle and resource (DESIGN.md, "The backend").
+ *
+ * Two implementations, chosen once per process by `get_backend()`:
+ * - `cuda`: the CUDA runtime (cudaMalloc, streams, events, graphs, ...). Chosen when a device is present.
+ * - `host`: the same contract on the CPU. "Device" memory is 256-byte aligned host memory under a
+ *   per-device capacity (GPUMEM_HOST_MEMORY, default 8 GiB, address space never touched until used), so
+ *   out-of-memory paths are testable; each stream is an in-order queue run by its own worker thread, so
+ *   stream-ordering bugs show on the CPU (and under TSan); events are completion markers with timestamps.
+ * GPUMEM_BACKEND=cuda|host overrides the choice; asking for cuda where no device exists is a cuda_error.
+ *
+ * Handles keep CUDA's types. Under the host backend a cudaStream_t or cudaEvent_t points at a host object;
+ * the special stream values 0 (legacy default), cudaStreamLegacy and cudaStreamPerThread keep their meaning.
+ *
+ * Error contract of every member: a failed call throws gpumem::cuda_error with the CUDA error code the
+ * CUDA runtime would give (the host backend mimics those codes), except where a member says otherwise.
+ * Members marked noexcept never throw (they are used by destructors and deallocation paths).
+ *
+ * Thread-safety: every member may be called from any thread.
+ * The backend is off the hot path: sub-allocators call it only to grow, shrink or synchronise.
+ */
+#pragma once
+
+#include <gpumem/export.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace gpumem {
+
+/** @brief Which backend implementation the process runs on. */
+enum class backend_kind { cuda, host };
+
+/** @brief "cuda" or "host". */
+[[nodiscard]] GPUMEM_EXPORT std::string_view to_string(backend_kind kind) noexcept;
+
+/** @brief What a device is. Under the host backend the values describe the emulated device. */
+struct device_properties {
+  std::string name;                     ///< e.g. "NVIDIA H200", or "gpumem host device 0"
+  int compute_capability_major{};       ///< 0 under the host backend
+  int compute_capability_minor{};       ///< 0 under the host backend
+  std::size_t total_memory{};           ///< bytes (the configured capacity under the host backend)
+  int multiprocessor_count{};           ///< SMs, or hardware threads under the host backend
+  bool memory_pools_supported{};        ///< cudaMallocAsync pools (always true under the host backend)
+  bool managed_memory_supported{};      ///< cudaMallocManaged
+  bool concurrent_managed_access{};     ///< managed memory usable on device and host at once
+  std::string pci_bus_id;               ///< "0000:3b:00.0"; empty under the host backend
+};
+
+/** @brief Free and total bytes of a device, as cudaMemGetInfo reports them. */
+struct memory_info {
+  std::size_t free{};
+  std::size_t total{};
+};
+
+/** @brief How cudaStreamBeginCapture treats unsafe API calls during capture (CUDA's three modes). */
+enum class capture_mode { global, thread_local_, relaxed };
+
+namespace detail {
+
+/**
+ * @brief The runtime interface. One instance per process, obtained from get_backend().
+ * See the file comment for the error and thread-safety contract.
+ */
+class GPUMEM_EXPORT backend {
+ public:
+  backend() = default;
+  virtual ~backend() = default;
+  backend(backend const&) = delete;
+  backend& operator=(backend const&) = delete;
+
+  [[nodiscard]] virtual backend_kind kind() const noexcept = 0;
+
+  // ---- devices --------------------------------------------------------------------------------------
+  [[nodiscard]] virtual int device_count() = 0;
+  [[nodiscard]] virtual int current_device() = 0;        ///< the calling thread's current device
+  virtual void set_current_device(int device) = 0;       ///< @throws cuda_error (cudaErrorInvalidDevice)
+  [[nodiscard]] virtual device_properties properties(int device) = 0;
+  [[nodiscard]] virtual memory_info mem_info(int device) = 0;
+  [[nodiscard]] virtual int runtime_version() = 0;       ///< CUDART_VERSION encoding, e.g. 13000
+  [[nodiscard]] virtual int driver_version() = 0;        ///< 0 under the host backend
+  virtual void device_synchronize() = 0;                 ///< waits for all work on the current device
+
+  // ---- memory (on the calling thread's current device) ----------------------------------------------
+  /// @return nullptr when the memory is not available (cudaErrorMemoryAllocation); other failures throw.
+  /// A zero-byte request returns nullptr.
+  [[nodiscard]] virtual void* malloc_device(std::size_t bytes) = 0;
+  virtual void free_device(void* ptr) noexcept = 0;
+  /// Managed (unified) memory; same nullptr-on-exhaustion contract as malloc_device.
+  [[nodiscard]] virtual void* malloc_managed(std::size_t bytes) = 0;
+  virtual void free_managed(void* ptr) noexcept = 0;
+  /// Page-locked host memory, accessible from the device; same nullptr-on-exhaustion contract.
+  [[nodiscard]] virtual void* malloc_pinned(std::size_t bytes) = 0;
+  virtual void free_pinned(void* ptr) noexcept = 0;
+
+  // ---- streams --------------------------------------------------------------------------------------
+  [[nodiscard]] virtual cudaStream_t stream_create(unsigned flags, int priority) = 0;
+  virtual void stream_destroy(cudaStream_t stream) noexcept = 0;
+  virtual void stream_synchronize(cudaStream_t stream) = 0;
+  /// @return true when all work submitted to the stream so far has completed.
+  [[nodiscard]] virtual bool stream_query(cudaStream_t stream) = 0;
+  /// Later work on `stream` waits until `event`'s most recent record completes.
+  virtual void stream_wait_event(cudaStream_t stream, cudaEvent_t event) = 0;
+  [[nodiscard]] virtual int stream_device(cudaStream_t stream) = 0;
+  [[nodiscard]] virtual unsigned stream_flags(cudaStream_t stream) = 0;
+  [[nodiscard]] virtual int stream_priority(cudaStream_t stream) = 0;
+  /// {least, greatest} priority, CUDA's convention (numerically lower = higher priority).
+  [[nodiscard]] virtual std::pair<int, int> stream_priority_range() = 0;
+  /// Runs `fn(user_data)` on the host once all earlier work on `stream` has completed (cudaLaunchHostFunc).
+  /// `fn` must not call the backend.
+  virtual void launch_host_func(cudaStream_t stream, void (*fn)(void*), void* user_data) = 0;
+
+  // ---- events ---------------------------------------------------------------------------------------
+  [[nodiscard]] virtual cudaEvent_t event_create(unsigned flags) = 0;
+  virtual void event_destroy(cudaEvent_t event) noexcept = 0;
+  virtual void event_record(cudaEvent_t event, cudaStream_t stream) = 0;
+  virtual void event_synchronize(cudaEvent_t event) = 0;
+  /// @return true when the most recent record has completed (or the event was never recorded).
+  [[nodiscard]] virtual bool event_query(cudaEvent_t event) = 0;
+  /// Milliseconds between two completed records. @throws cuda_error as cudaEventElapsedTime would.
+  [[nodiscard]] virtual float event_elapsed_ms(cudaEvent_t start, cudaEvent_t end) = 0;
+
+  // ---- copies and fills (stream-ordered) ------------------------------------------------------------
+  virtual void memcpy_async(void* dst, void const* src, std::size_t bytes, cudaStream_t stream) = 0;
+  virtual void memset_async(void* dst, int value, std::size_t bytes, cudaStream_t stream) = 0;
+
+  // ---- graphs ---------------------------------------------------------------------------------------
+  virtual void stream_begin_capture(cudaStream_t stream, capture_mode mode) = 0;
+  [[nodiscard]] virtual cudaGraph_t stream_end_capture(cudaStream_t stream) = 0;
+  [[nodiscard]] virtual bool stream_is_capturing(cudaStream_t stream) = 0;
+  [[nodiscard]] virtual cudaGraphExec_t graph_instantiate(cudaGraph_t graph) = 0;
+  virtual void graph_launch(cudaGraphExec_t exec, cudaStream_t stream) = 0;
+  virtual void graph_destroy(cudaGraph_t graph) noexcept = 0;
+  virtual void graph_exec_destroy(cudaGraphExec_t exec) noexcept = 0;
+};
+
+/**
+ * @brief The process's backend, chosen on first call (see the file comment) and never changed after.
+ * @throws cuda_error when GPUMEM_BACKEND=cuda but no CUDA device is usable.
+ * @throws logic_error when GPUMEM_BACKEND holds anything other than "cuda" or "host".
+ */
+[[nodiscard]] GPUMEM_EXPORT backend& get_backend();
+
+/** @brief The backends themselves (for tests that want one explicitly). Defined in src/backend/. */
+[[nodiscard]] GPUMEM_EXPORT backend& cuda_backend_instance();
+[[nodiscard]] GPUMEM_EXPORT backend& host_backend_instance();
+
+}  // namespace detail
+
+/** @brief The kind of the process's backend (chooses it on first call). */
+[[nodiscard]] GPUMEM_EXPORT backend_kind current_backend_kind();
+
+}  // namespace gpumem

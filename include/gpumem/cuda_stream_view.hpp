@@ -1,0 +1,69 @@
+/**
+ * @file cuda_stream_view.hpp
+ * A non-owning view of a CUDA stream, and the three predefined default-stream values.
+ */
+#pragma once
+
+#include <gpumem/export.hpp>
+
+#include <cuda_runtime_api.h>
+
+#if __has_include(<cuda/stream_ref>)
+#include <cuda/stream_ref>
+#define GPUMEM_HAS_CUDA_STREAM_REF 1
+#endif
+
+#include <cstdint>
+#include <iosfwd>
+
+namespace gpumem {
+
+/**
+ * @brief A non-owning, trivially copyable view of a `cudaStream_t`.
+ * The default-constructed view is the legacy default stream (handle 0), which implicitly synchronises
+ * with every blocking stream of its device.
+ * Thread-safety: a view is a value; the stream it names follows CUDA's rules.
+ */
+class cuda_stream_view {
+ public:
+  constexpr cuda_stream_view() noexcept = default;
+  constexpr cuda_stream_view(cudaStream_t stream) noexcept : stream_{stream} {}  // NOLINT: implicit by design
+  cuda_stream_view(int) = delete;             // 0 is ambiguous: say cuda_stream_default
+  cuda_stream_view(std::nullptr_t) = delete;  // likewise
+#ifdef GPUMEM_HAS_CUDA_STREAM_REF
+  constexpr cuda_stream_view(cuda::stream_ref ref) noexcept : stream_{ref.get()} {}  // NOLINT
+  constexpr operator cuda::stream_ref() const noexcept { return cuda::stream_ref{stream_}; }  // NOLINT
+#endif
+
+  [[nodiscard]] constexpr cudaStream_t value() const noexcept { return stream_; }
+  constexpr operator cudaStream_t() const noexcept { return stream_; }  // NOLINT: interop with CUDA calls
+
+  /** @return true for the legacy default stream (0 or cudaStreamLegacy). */
+  [[nodiscard]] bool is_default() const noexcept { return stream_ == nullptr || stream_ == cudaStreamLegacy; }
+  /** @return true for the per-thread default stream (cudaStreamPerThread). */
+  [[nodiscard]] bool is_per_thread_default() const noexcept { return stream_ == cudaStreamPerThread; }
+
+  /** @brief Blocks until all work on the stream has completed. @throws cuda_error */
+  GPUMEM_EXPORT void synchronize() const;
+  /** @brief As synchronize(), but reports failure by return value. @return true on success. */
+  [[nodiscard]] GPUMEM_EXPORT bool synchronize_no_throw() const noexcept;
+  /** @return true when all work submitted so far has completed. @throws cuda_error */
+  [[nodiscard]] GPUMEM_EXPORT bool is_idle() const;
+
+  friend bool operator==(cuda_stream_view a, cuda_stream_view b) noexcept { return a.stream_ == b.stream_; }
+
+ private:
+  cudaStream_t stream_{};
+};
+
+/** @brief The legacy default stream (handle 0). */
+inline cuda_stream_view const cuda_stream_default{};
+/** @brief The legacy default stream named explicitly (cudaStreamLegacy). */
+inline cuda_stream_view const cuda_stream_legacy{cudaStreamLegacy};
+/** @brief The calling thread's default stream (cudaStreamPerThread). */
+inline cuda_stream_view const cuda_stream_per_thread{cudaStreamPerThread};
+
+/** @brief Prints the stream handle as a pointer. */
+GPUMEM_EXPORT std::ostream& operator<<(std::ostream& os, cuda_stream_view stream);
+
+}  // namespace gpumem

@@ -1,0 +1,42 @@
+/**
+ * @file device.hpp
+ * Device queries: properties, free and total memory, runtime and driver versions, synchronisation.
+ * Each forwards to the process's backend (backend.hpp); under the host backend they describe the
+ * emulated devices.
+ */
+#pragma once
+
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/cuda_device_id.hpp>
+#include <gpumem/export.hpp>
+
+namespace gpumem {
+
+/**
+ * @brief What `device` is: name, compute capability, total memory, multiprocessors, pool support.
+ * @throws gpumem::logic_error if `device` is not a valid device ordinal.
+ */
+[[nodiscard]] GPUMEM_EXPORT device_properties get_device_properties(cuda_device_id device);
+
+/**
+ * @brief Free and total bytes of `device` (cudaMemGetInfo).
+ * @throws gpumem::logic_error if `device` is not a valid device ordinal.
+ */
+[[nodiscard]] GPUMEM_EXPORT memory_info available_device_memory(cuda_device_id device);
+
+/** @brief available_device_memory of the calling thread's current device. */
+[[nodiscard]] GPUMEM_EXPORT memory_info available_device_memory();
+
+/** @brief The CUDA runtime version gpumem runs with (e.g. 13000 for 13.0). */
+[[nodiscard]] GPUMEM_EXPORT int runtime_version();
+
+/** @brief The installed driver's CUDA version (e.g. 13000), or 0 under the host backend. */
+[[nodiscard]] GPUMEM_EXPORT int driver_version();
+
+/** @brief Blocks until all work on the calling thread's current device has completed. @throws cuda_error */
+GPUMEM_EXPORT void synchronize_device();
+
+/** @brief Throws logic_error naming `device` and the device count unless 0 <= device < count. */
+GPUMEM_EXPORT void check_device_id(cuda_device_id device);
+
+}  // namespace gpumem

@@ -1,0 +1,294 @@
+// The cuda backend (backend.hpp): thin calls into the CUDA runtime, the only place in gpumem that makes them
+// (apart from the probe in backend.cpp). Out-of-memory is reported as nullptr so that resources can
+// add their own state to the out_of_memory message; every other failure throws cuda_error.
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/error.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cstdio>
+
+namespace gpumem::detail {
+namespace {
+
+/// Runs an allocation call; maps cudaErrorMemoryAllocation to nullptr (clearing the error).
+template <class Call>
+void* allocate_or_null(Call&& call, char const* text)
+{
+  void* ptr = nullptr;
+  cudaError_t const status = call(&ptr);
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  if (status != cudaSuccess) { throw_cuda_error(status, text, __FILE__, __LINE__); }
+  return ptr;
+}
+
+/// Deallocation never throws: a failure is reported on stderr and the sticky error cleared.
+void report_free_failure(cudaError_t status, char const* call, void* ptr) noexcept
+{
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    std::fprintf(stderr, "gpumem cuda backend: %s(%p) failed: %s\n", call, ptr, cudaGetErrorString(status));
+  }
+}
+
+class device_scope {
+ public:
+  explicit device_scope(int device)
+  {
+    GPUMEM_CUDA_TRY(cudaGetDevice(&previous_));
+    if (previous_ != device) { GPUMEM_CUDA_TRY(cudaSetDevice(device)); }
+    changed_ = previous_ != device;
+  }
+  ~device_scope()
+  {
+    if (changed_) { (void)cudaSetDevice(previous_); }
+  }
+  device_scope(device_scope const&) = delete;
+  device_scope& operator=(device_scope const&) = delete;
+
+ private:
+  int previous_{};
+  bool changed_{};
+};
+
+cudaStreamCaptureMode to_cuda(capture_mode mode)
+{
+  switch (mode) {
+    case capture_mode::thread_local_: return cudaStreamCaptureModeThreadLocal;
+    case capture_mode::relaxed: return cudaStreamCaptureModeRelaxed;
+    case capture_mode::global: break;
+  }
+  return cudaStreamCaptureModeGlobal;
+}
+
+class cuda_backend final : public backend {
+ public:
+  [[nodiscard]] backend_kind kind() const noexcept override { return backend_kind::cuda; }
+
+  [[nodiscard]] int device_count() override
+  {
+    int count = 0;
+    GPUMEM_CUDA_TRY(cudaGetDeviceCount(&count));
+    return count;
+  }
+  [[nodiscard]] int current_device() override
+  {
+    int device = 0;
+    GPUMEM_CUDA_TRY(cudaGetDevice(&device));
+    return device;
+  }
+  void set_current_device(int device) override { GPUMEM_CUDA_TRY(cudaSetDevice(device)); }
+
+  [[nodiscard]] device_properties properties(int device) override
+  {
+    cudaDeviceProp prop{};
+    GPUMEM_CUDA_TRY(cudaGetDeviceProperties(&prop, device));
+    device_properties p;
+    p.name = prop.name;
+    p.compute_capability_major = prop.major;
+    p.compute_capability_minor = prop.minor;
+    p.total_memory = prop.totalGlobalMem;
+    p.multiprocessor_count = prop.multiProcessorCount;
+    int pools = 0;
+    GPUMEM_CUDA_TRY(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
+    p.memory_pools_supported = pools != 0;
+    p.managed_memory_supported = prop.managedMemory != 0;
+    p.concurrent_managed_access = prop.concurrentManagedAccess != 0;
+    std::array<char, 32> bus{};
+    GPUMEM_CUDA_TRY(cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device));
+    p.pci_bus_id = bus.data();
+    return p;
+  }
+
+  [[nodiscard]] memory_info mem_info(int device) override
+  {
+    device_scope const scope{device};
+    memory_info info;
+    GPUMEM_CUDA_TRY(cudaMemGetInfo(&info.free, &info.total));
+    return info;
+  }
+
+  [[nodiscard]] int runtime_version() override
+  {
+    int version = 0;
+    GPUMEM_CUDA_TRY(cudaRuntimeGetVersion(&version));
+    return version;
+  }
+  [[nodiscard]] int driver_version() override
+  {
+    int version = 0;
+    GPUMEM_CUDA_TRY(cudaDriverGetVersion(&version));
+    return version;
+  }
+  void device_synchronize() override { GPUMEM_CUDA_TRY(cudaDeviceSynchronize()); }
+
+  [[nodiscard]] void* malloc_device(std::size_t bytes) override
+  {
+    if (bytes == 0) { return nullptr; }
+    return allocate_or_null([bytes](void** p) { return cudaMalloc(p, bytes); }, "cudaMalloc");
+  }
+  void free_device(void* ptr) noexcept override { report_free_failure(cudaFree(ptr), "cudaFree", ptr); }
+
+  [[nodiscard]] void* malloc_managed(std::size_t bytes) override
+  {
+    if (bytes == 0) { return nullptr; }
+    return allocate_or_null([bytes](void** p) { return cudaMallocManaged(p, bytes, cudaMemAttachGlobal); },
+                            "cudaMallocManaged");
+  }
+  void free_managed(void* ptr) noexcept override { report_free_failure(cudaFree(ptr), "cudaFree", ptr); }
+
+  [[nodiscard]] void* malloc_pinned(std::size_t bytes) override
+  {
+    if (bytes == 0) { return nullptr; }
+    return allocate_or_null([bytes](void** p) { return cudaMallocHost(p, bytes); }, "cudaMallocHost");
+  }
+  void free_pinned(void* ptr) noexcept override { report_free_failure(cudaFreeHost(ptr), "cudaFreeHost", ptr); }
+
+  [[nodiscard]] cudaStream_t stream_create(unsigned flags, int priority) override
+  {
+    cudaStream_t stream{};
+    GPUMEM_CUDA_TRY(cudaStreamCreateWithPriority(&stream, flags, priority));
+    return stream;
+  }
+  void stream_destroy(cudaStream_t stream) noexcept override
+  {
+    cudaError_t const status = cudaStreamDestroy(stream);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      std::fprintf(stderr, "gpumem cuda backend: cudaStreamDestroy failed: %s\n", cudaGetErrorString(status));
+    }
+  }
+  void stream_synchronize(cudaStream_t stream) override { GPUMEM_CUDA_TRY(cudaStreamSynchronize(stream)); }
+  [[nodiscard]] bool stream_query(cudaStream_t stream) override
+  {
+    cudaError_t const status = cudaStreamQuery(stream);
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    GPUMEM_CUDA_TRY(status);
+    return true;
+  }
+  void stream_wait_event(cudaStream_t stream, cudaEvent_t event) override
+  {
+    GPUMEM_CUDA_TRY(cudaStreamWaitEvent(stream, event, 0));
+  }
+  [[nodiscard]] int stream_device(cudaStream_t stream) override
+  {
+    int device = 0;
+    GPUMEM_CUDA_TRY(cudaStreamGetDevice(stream, &device));
+    return device;
+  }
+  [[nodiscard]] unsigned stream_flags(cudaStream_t stream) override
+  {
+    unsigned flags = 0;
+    GPUMEM_CUDA_TRY(cudaStreamGetFlags(stream, &flags));
+    return flags;
+  }
+  [[nodiscard]] int stream_priority(cudaStream_t stream) override
+  {
+    int priority = 0;
+    GPUMEM_CUDA_TRY(cudaStreamGetPriority(stream, &priority));
+    return priority;
+  }
+  [[nodiscard]] std::pair<int, int> stream_priority_range() override
+  {
+    int least = 0;
+    int greatest = 0;
+    GPUMEM_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    return {least, greatest};
+  }
+  void launch_host_func(cudaStream_t stream, void (*fn)(void*), void* user_data) override
+  {
+    GPUMEM_CUDA_TRY(cudaLaunchHostFunc(stream, fn, user_data));
+  }
+
+  [[nodiscard]] cudaEvent_t event_create(unsigned flags) override
+  {
+    cudaEvent_t event{};
+    GPUMEM_CUDA_TRY(cudaEventCreateWithFlags(&event, flags));
+    return event;
+  }
+  void event_destroy(cudaEvent_t event) noexcept override
+  {
+    if (cudaEventDestroy(event) != cudaSuccess) { (void)cudaGetLastError(); }
+  }
+  void event_record(cudaEvent_t event, cudaStream_t stream) override
+  {
+    GPUMEM_CUDA_TRY(cudaEventRecord(event, stream));
+  }
+  void event_synchronize(cudaEvent_t event) override { GPUMEM_CUDA_TRY(cudaEventSynchronize(event)); }
+  [[nodiscard]] bool event_query(cudaEvent_t event) override
+  {
+    cudaError_t const status = cudaEventQuery(event);
+    if (status == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    GPUMEM_CUDA_TRY(status);
+    return true;
+  }
+  [[nodiscard]] float event_elapsed_ms(cudaEvent_t start, cudaEvent_t end) override
+  {
+    float ms = 0;
+    GPUMEM_CUDA_TRY(cudaEventElapsedTime(&ms, start, end));
+    return ms;
+  }
+
+  void memcpy_async(void* dst, void const* src, std::size_t bytes, cudaStream_t stream) override
+  {
+    if (bytes == 0) { return; }
+    GPUMEM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+  }
+  void memset_async(void* dst, int value, std::size_t bytes, cudaStream_t stream) override
+  {
+    if (bytes == 0) { return; }
+    GPUMEM_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, stream));
+  }
+
+  void stream_begin_capture(cudaStream_t stream, capture_mode mode) override
+  {
+    GPUMEM_CUDA_TRY(cudaStreamBeginCapture(stream, to_cuda(mode)));
+  }
+  [[nodiscard]] cudaGraph_t stream_end_capture(cudaStream_t stream) override
+  {
+    cudaGraph_t graph{};
+    GPUMEM_CUDA_TRY(cudaStreamEndCapture(stream, &graph));
+    return graph;
+  }
+  [[nodiscard]] bool stream_is_capturing(cudaStream_t stream) override
+  {
+    cudaStreamCaptureStatus status{};
+    GPUMEM_CUDA_TRY(cudaStreamIsCapturing(stream, &status));
+    return status == cudaStreamCaptureStatusActive;
+  }
+  [[nodiscard]] cudaGraphExec_t graph_instantiate(cudaGraph_t graph) override
+  {
+    cudaGraphExec_t exec{};
+    GPUMEM_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0ULL));
+    return exec;
+  }
+  void graph_launch(cudaGraphExec_t exec, cudaStream_t stream) override { GPUMEM_CUDA_TRY(cudaGraphLaunch(exec, stream)); }
+  void graph_destroy(cudaGraph_t graph) noexcept override
+  {
+    if (cudaGraphDestroy(graph) != cudaSuccess) { (void)cudaGetLastError(); }
+  }
+  void graph_exec_destroy(cudaGraphExec_t exec) noexcept override
+  {
+    if (cudaGraphExecDestroy(exec) != cudaSuccess) { (void)cudaGetLastError(); }
+  }
+};
+
+}  // namespace
+
+backend& cuda_backend_instance()
+{
+  static cuda_backend* const instance = new cuda_backend{};  // never destroyed, like the host backend
+  return *instance;
+}
+
+}  // namespace gpumem::detail

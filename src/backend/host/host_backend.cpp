@@ -1,0 +1,503 @@
+// The host backend (backend.hpp): CUDA's contract on the CPU, so every algorithm and every stream-ordering
+// rule is exercised by CI without a GPU.
+//
+// - Device memory: 256-byte aligned host memory, counted against each emulated device's capacity
+//   (host_config.hpp). Pinned memory: host memory, up to the machine's physical memory. Managed memory
+//   counts against the device like device memory.
+// - Streams: stream_queue (a worker thread each). CUDA's implicit synchronisation is kept: work on the
+//   legacy default stream waits for all earlier work of the device's blocking streams, and work on a
+//   blocking stream waits for earlier work of the legacy default stream. Each thread has its own
+//   per-thread default stream per device (blocking), as CUDA's cudaStreamPerThread.
+// - Events: the completion marker of their latest record (with the time it completed).
+// - Graphs: stream-ordered calls on a capturing stream are recorded as nodes; launching the graph
+//   re-submits them, in order, to the launch stream.
+#include "host_config.hpp"
+#include "stream_queue.hpp"
+
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/mr/detail/align.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace gpumem::detail {
+namespace {
+
+using host::completion;
+using host::completion_ptr;
+using host::stream_queue;
+
+[[noreturn]] void fail(cudaError_t code, char const* what)
+{
+  throw cuda_error(code, std::string{"host backend: "} + what + ": " + cudaGetErrorName(code) + " (" +
+                           cudaGetErrorString(code) + ")");
+}
+
+struct host_event {
+  unsigned flags;
+  std::mutex mutex;
+  completion_ptr last;  // guarded by mutex: the latest record's marker; null until first recorded
+};
+
+struct host_graph {
+  std::vector<stream_queue::node> nodes;
+};
+
+enum class memory_kind { device, managed, pinned };
+
+struct allocation {
+  std::size_t bytes;
+  int device;
+  memory_kind kind;
+};
+
+std::size_t physical_memory() noexcept
+{
+  long const pages = sysconf(_SC_PHYS_PAGES);
+  long const page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) { return std::size_t{1} << 40; }
+  return static_cast<std::size_t>(pages) * static_cast<std::size_t>(page_size);
+}
+
+class host_backend final : public backend {
+ public:
+  host_backend() : config_{host::read_host_config()}, used_(static_cast<std::size_t>(config_.device_count))
+  {
+    for (int device = 0; device < config_.device_count; ++device) {
+      default_streams_.push_back(
+        std::make_shared<stream_queue>(device, 0U, 0, stream_queue::role::legacy_default));
+    }
+  }
+
+  [[nodiscard]] backend_kind kind() const noexcept override { return backend_kind::host; }
+
+  // ---- devices --------------------------------------------------------------------------------------
+  [[nodiscard]] int device_count() override { return config_.device_count; }
+  [[nodiscard]] int current_device() override { return current_device_; }
+  void set_current_device(int device) override
+  {
+    check_device(device);
+    current_device_ = device;
+  }
+
+  [[nodiscard]] device_properties properties(int device) override
+  {
+    check_device(device);
+    device_properties p;
+    p.name = "gpumem host device " + std::to_string(device);
+    p.total_memory = config_.device_capacity;
+    p.multiprocessor_count = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+    p.memory_pools_supported = true;
+    p.managed_memory_supported = true;
+    p.concurrent_managed_access = true;
+    return p;
+  }
+
+  [[nodiscard]] memory_info mem_info(int device) override
+  {
+    check_device(device);
+    std::size_t const used = used_[static_cast<std::size_t>(device)].load(std::memory_order_relaxed);
+    return {config_.device_capacity - std::min(used, config_.device_capacity), config_.device_capacity};
+  }
+
+  [[nodiscard]] int runtime_version() override { return CUDART_VERSION; }
+  [[nodiscard]] int driver_version() override { return 0; }
+
+  void device_synchronize() override
+  {
+    for (auto const& queue : queues_of_device(current_device_)) { queue->synchronize(); }
+  }
+
+  // ---- memory ---------------------------------------------------------------------------------------
+  [[nodiscard]] void* malloc_device(std::size_t bytes) override { return allocate(bytes, memory_kind::device); }
+  void free_device(void* ptr) noexcept override { release(ptr, memory_kind::device, "free_device"); }
+  [[nodiscard]] void* malloc_managed(std::size_t bytes) override { return allocate(bytes, memory_kind::managed); }
+  void free_managed(void* ptr) noexcept override { release(ptr, memory_kind::managed, "free_managed"); }
+  [[nodiscard]] void* malloc_pinned(std::size_t bytes) override { return allocate(bytes, memory_kind::pinned); }
+  void free_pinned(void* ptr) noexcept override { release(ptr, memory_kind::pinned, "free_pinned"); }
+
+  // ---- streams --------------------------------------------------------------------------------------
+  [[nodiscard]] cudaStream_t stream_create(unsigned flags, int priority) override
+  {
+    if ((flags & ~static_cast<unsigned>(cudaStreamNonBlocking)) != 0) {
+      fail(cudaErrorInvalidValue, "stream_create: unknown flags");
+    }
+    auto const [least, greatest] = stream_priority_range();
+    int const clamped = std::clamp(priority, greatest, least);  // CUDA clamps priorities into range
+    auto queue =
+      std::make_shared<stream_queue>(current_device_, flags, clamped, stream_queue::role::created);
+    auto* handle = reinterpret_cast<cudaStream_t>(queue.get());
+    std::lock_guard lock{registry_mutex_};
+    streams_.emplace(handle, std::move(queue));
+    return handle;
+  }
+
+  void stream_destroy(cudaStream_t stream) noexcept override
+  {
+    std::shared_ptr<stream_queue> queue;
+    {
+      std::lock_guard lock{registry_mutex_};
+      auto const found = streams_.find(stream);
+      if (found == streams_.end()) {
+        std::fprintf(stderr, "gpumem host backend: stream_destroy of an unknown stream %p ignored\n",
+                     static_cast<void*>(stream));
+        return;
+      }
+      queue = std::move(found->second);
+      streams_.erase(found);
+    }
+    // As in CUDA, work already submitted completes; here the destroying thread waits for it.
+    queue.reset();
+  }
+
+  void stream_synchronize(cudaStream_t stream) override
+  {
+    auto const queue = resolve(stream);
+    if (queue->capturing()) { fail(cudaErrorStreamCaptureUnsupported, "stream_synchronize during capture"); }
+    queue->synchronize();
+  }
+
+  [[nodiscard]] bool stream_query(cudaStream_t stream) override
+  {
+    auto const queue = resolve(stream);
+    if (queue->capturing()) { fail(cudaErrorStreamCaptureUnsupported, "stream_query during capture"); }
+    return queue->idle();
+  }
+
+  void stream_wait_event(cudaStream_t stream, cudaEvent_t event) override
+  {
+    completion_ptr const marker = latest_record(event);
+    if (marker == nullptr) { return; }  // never recorded: nothing to wait for (CUDA's behaviour)
+    submit(stream, [marker] { marker->wait(); });
+  }
+
+  [[nodiscard]] int stream_device(cudaStream_t stream) override { return resolve(stream)->device(); }
+  [[nodiscard]] unsigned stream_flags(cudaStream_t stream) override { return resolve(stream)->flags(); }
+  [[nodiscard]] int stream_priority(cudaStream_t stream) override { return resolve(stream)->priority(); }
+  [[nodiscard]] std::pair<int, int> stream_priority_range() override { return {0, -5}; }
+
+  void launch_host_func(cudaStream_t stream, void (*fn)(void*), void* user_data) override
+  {
+    if (fn == nullptr) { fail(cudaErrorInvalidValue, "launch_host_func: null function"); }
+    submit(stream, [fn, user_data] { fn(user_data); });
+  }
+
+  // ---- events ---------------------------------------------------------------------------------------
+  [[nodiscard]] cudaEvent_t event_create(unsigned flags) override
+  {
+    unsigned const known = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+    if ((flags & ~known) != 0) { fail(cudaErrorInvalidValue, "event_create: unknown flags"); }
+    if ((flags & cudaEventInterprocess) != 0 && (flags & cudaEventDisableTiming) == 0) {
+      fail(cudaErrorInvalidValue, "event_create: an interprocess event must also disable timing");
+    }
+    auto* event = new host_event{flags, {}, nullptr};
+    std::lock_guard lock{registry_mutex_};
+    events_.emplace(reinterpret_cast<cudaEvent_t>(event), std::unique_ptr<host_event>{event});
+    return reinterpret_cast<cudaEvent_t>(event);
+  }
+
+  void event_destroy(cudaEvent_t event) noexcept override
+  {
+    std::lock_guard lock{registry_mutex_};
+    if (events_.erase(event) == 0) {
+      std::fprintf(stderr, "gpumem host backend: event_destroy of an unknown event %p ignored\n",
+                   static_cast<void*>(event));
+    }
+  }
+
+  void event_record(cudaEvent_t event, cudaStream_t stream) override
+  {
+    host_event* const target = resolve(event);
+    auto const queue = resolve(stream);
+    stream_queue::node const record = [this, target](void* launch_stream) {
+      auto marker = std::make_shared<completion>();
+      {
+        std::lock_guard lock{target->mutex};
+        target->last = marker;
+      }
+      enqueue(*resolve(static_cast<cudaStream_t>(launch_stream)), [marker] { marker->signal(); });
+    };
+    if (queue->capture_if_capturing(record)) { return; }
+    record(stream);
+  }
+
+  void event_synchronize(cudaEvent_t event) override
+  {
+    if (completion_ptr const marker = latest_record(event)) { marker->wait(); }
+  }
+
+  [[nodiscard]] bool event_query(cudaEvent_t event) override
+  {
+    completion_ptr const marker = latest_record(event);
+    return marker == nullptr || marker->done();
+  }
+
+  [[nodiscard]] float event_elapsed_ms(cudaEvent_t start, cudaEvent_t end) override
+  {
+    for (cudaEvent_t const event : {start, end}) {
+      if ((resolve(event)->flags & cudaEventDisableTiming) != 0) {
+        fail(cudaErrorInvalidResourceHandle, "event_elapsed_ms: an event was created with timing disabled");
+      }
+    }
+    completion_ptr const first = latest_record(start);
+    completion_ptr const second = latest_record(end);
+    if (first == nullptr || second == nullptr) {
+      fail(cudaErrorInvalidResourceHandle, "event_elapsed_ms: an event was never recorded");
+    }
+    if (!first->done() || !second->done()) { fail(cudaErrorNotReady, "event_elapsed_ms: an event has not completed"); }
+    return std::chrono::duration<float, std::milli>(second->when() - first->when()).count();
+  }
+
+  // ---- copies and fills -----------------------------------------------------------------------------
+  void memcpy_async(void* dst, void const* src, std::size_t bytes, cudaStream_t stream) override
+  {
+    if (bytes == 0) { return; }
+    if (dst == nullptr || src == nullptr) { fail(cudaErrorInvalidValue, "memcpy_async: null pointer"); }
+    submit(stream, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  }
+
+  void memset_async(void* dst, int value, std::size_t bytes, cudaStream_t stream) override
+  {
+    if (bytes == 0) { return; }
+    if (dst == nullptr) { fail(cudaErrorInvalidValue, "memset_async: null pointer"); }
+    submit(stream, [dst, value, bytes] { std::memset(dst, value, bytes); });
+  }
+
+  // ---- graphs ---------------------------------------------------------------------------------------
+  void stream_begin_capture(cudaStream_t stream, capture_mode /*mode*/) override
+  {
+    auto const queue = resolve(stream);
+    if (queue->kind() == stream_queue::role::legacy_default) {
+      fail(cudaErrorStreamCaptureUnsupported, "stream_begin_capture on the legacy default stream");
+    }
+    if (queue->capturing()) { fail(cudaErrorIllegalState, "stream_begin_capture: the stream is already capturing"); }
+    queue->begin_capture();
+  }
+
+  [[nodiscard]] cudaGraph_t stream_end_capture(cudaStream_t stream) override
+  {
+    auto const queue = resolve(stream);
+    if (!queue->capturing()) { fail(cudaErrorIllegalState, "stream_end_capture: the stream is not capturing"); }
+    auto* graph = new host_graph{queue->end_capture()};
+    return reinterpret_cast<cudaGraph_t>(graph);
+  }
+
+  [[nodiscard]] bool stream_is_capturing(cudaStream_t stream) override { return resolve(stream)->capturing(); }
+
+  [[nodiscard]] cudaGraphExec_t graph_instantiate(cudaGraph_t graph) override
+  {
+    if (graph == nullptr) { fail(cudaErrorInvalidValue, "graph_instantiate: null graph"); }
+    auto* exec = new host_graph{reinterpret_cast<host_graph*>(graph)->nodes};
+    return reinterpret_cast<cudaGraphExec_t>(exec);
+  }
+
+  void graph_launch(cudaGraphExec_t exec, cudaStream_t stream) override
+  {
+    if (exec == nullptr) { fail(cudaErrorInvalidValue, "graph_launch: null graph"); }
+    (void)resolve(stream);
+    for (auto const& node : reinterpret_cast<host_graph*>(exec)->nodes) { node(stream); }
+  }
+
+  void graph_destroy(cudaGraph_t graph) noexcept override { delete reinterpret_cast<host_graph*>(graph); }
+  void graph_exec_destroy(cudaGraphExec_t exec) noexcept override { delete reinterpret_cast<host_graph*>(exec); }
+
+ private:
+  void check_device(int device) const
+  {
+    if (device < 0 || device >= config_.device_count) {
+      fail(cudaErrorInvalidDevice, ("device " + std::to_string(device) + " does not exist (" +
+                                    std::to_string(config_.device_count) + " host devices)")
+                                     .c_str());
+    }
+  }
+
+  void* allocate(std::size_t bytes, memory_kind kind)
+  {
+    if (bytes == 0) { return nullptr; }
+    auto const rounded = checked_align_up(bytes, allocation_alignment);
+    if (!rounded) { return nullptr; }
+    int const device = current_device_;
+    std::atomic<std::size_t>* counter = nullptr;
+    if (kind == memory_kind::pinned) {
+      if (*rounded > physical_memory()) { return nullptr; }
+    } else {
+      counter = &used_[static_cast<std::size_t>(device)];
+      std::size_t used = counter->load(std::memory_order_relaxed);
+      do {
+        if (*rounded > config_.device_capacity - std::min(used, config_.device_capacity)) { return nullptr; }
+      } while (!counter->compare_exchange_weak(used, used + *rounded, std::memory_order_relaxed));
+    }
+    void* const ptr = std::aligned_alloc(allocation_alignment, *rounded);
+    if (ptr == nullptr) {
+      if (counter != nullptr) { counter->fetch_sub(*rounded, std::memory_order_relaxed); }
+      return nullptr;
+    }
+    std::lock_guard lock{memory_mutex_};
+    allocations_.emplace(ptr, allocation{*rounded, device, kind});
+    return ptr;
+  }
+
+  void release(void* ptr, memory_kind kind, char const* call) noexcept
+  {
+    if (ptr == nullptr) { return; }
+    allocation found{};
+    {
+      std::lock_guard lock{memory_mutex_};
+      auto const it = allocations_.find(ptr);
+      if (it == allocations_.end() || it->second.kind != kind) {
+        std::fprintf(stderr, "gpumem host backend: %s(%p): not a live allocation of that kind; ignored\n", call,
+                     ptr);
+        return;
+      }
+      found = it->second;
+      allocations_.erase(it);
+    }
+    if (kind != memory_kind::pinned) {
+      used_[static_cast<std::size_t>(found.device)].fetch_sub(found.bytes, std::memory_order_relaxed);
+    }
+    std::free(ptr);
+  }
+
+  /// The calling thread's per-thread default stream of `device`, created on first use and destroyed
+  /// (after its work completes) when the thread exits.
+  std::shared_ptr<stream_queue> per_thread_stream(int device)
+  {
+    struct holder {
+      host_backend* owner{};
+      std::map<int, std::shared_ptr<stream_queue>> queues;
+      ~holder()
+      {
+        if (owner == nullptr) { return; }
+        std::lock_guard lock{owner->registry_mutex_};
+        for (auto const& [dev, queue] : queues) {
+          std::erase(owner->per_thread_streams_, queue);
+        }
+      }
+    };
+    thread_local holder mine;
+    auto& slot = mine.queues[device];
+    if (slot == nullptr) {
+      slot = std::make_shared<stream_queue>(device, 0U, 0, stream_queue::role::per_thread_default);
+      mine.owner = this;
+      std::lock_guard lock{registry_mutex_};
+      per_thread_streams_.push_back(slot);
+    }
+    return slot;
+  }
+
+  std::shared_ptr<stream_queue> resolve(cudaStream_t stream)
+  {
+    if (stream == nullptr || stream == cudaStreamLegacy) {
+      return default_streams_[static_cast<std::size_t>(current_device_)];
+    }
+    if (stream == cudaStreamPerThread) { return per_thread_stream(current_device_); }
+    std::lock_guard lock{registry_mutex_};
+    auto const found = streams_.find(stream);
+    if (found == streams_.end()) { fail(cudaErrorInvalidResourceHandle, "unknown stream handle"); }
+    return found->second;
+  }
+
+  host_event* resolve(cudaEvent_t event)
+  {
+    std::lock_guard lock{registry_mutex_};
+    auto const found = events_.find(event);
+    if (found == events_.end()) { fail(cudaErrorInvalidResourceHandle, "unknown event handle"); }
+    return found->second.get();
+  }
+
+  completion_ptr latest_record(cudaEvent_t event)
+  {
+    host_event* const target = resolve(event);
+    std::lock_guard lock{target->mutex};
+    return target->last;
+  }
+
+  std::vector<std::shared_ptr<stream_queue>> queues_of_device(int device)
+  {
+    std::vector<std::shared_ptr<stream_queue>> queues{default_streams_[static_cast<std::size_t>(device)]};
+    std::lock_guard lock{registry_mutex_};
+    for (auto const& [handle, queue] : streams_) {
+      if (queue->device() == device) { queues.push_back(queue); }
+    }
+    for (auto const& queue : per_thread_streams_) {
+      if (queue->device() == device) { queues.push_back(queue); }
+    }
+    return queues;
+  }
+
+  /// Submits a stream-ordered operation, or records it as a graph node when the stream is capturing.
+  void submit(cudaStream_t stream, stream_queue::operation op)
+  {
+    auto const queue = resolve(stream);
+    stream_queue::node const node = [this, op](void* launch_stream) {
+      enqueue(*resolve(static_cast<cudaStream_t>(launch_stream)), op);
+    };
+    if (queue->capture_if_capturing(node)) { return; }
+    enqueue(*queue, std::move(op));
+  }
+
+  /// Enqueues `op` on `queue` behind CUDA's implicit dependencies between the legacy default stream and
+  /// the device's blocking streams.
+  void enqueue(stream_queue& queue, stream_queue::operation op)
+  {
+    for (completion_ptr const& marker : implicit_dependencies(queue)) {
+      queue.submit([marker] { marker->wait(); });
+    }
+    queue.submit(std::move(op));
+  }
+
+  std::vector<completion_ptr> implicit_dependencies(stream_queue& queue)
+  {
+    std::vector<completion_ptr> markers;
+    if (queue.kind() == stream_queue::role::legacy_default) {
+      for (auto const& other : queues_of_device(queue.device())) {
+        if (other.get() != &queue && other->blocking() && !other->idle()) { markers.push_back(other->submit_marker()); }
+      }
+    } else if (queue.blocking()) {
+      auto const& legacy = default_streams_[static_cast<std::size_t>(queue.device())];
+      if (!legacy->idle()) { markers.push_back(legacy->submit_marker()); }
+    }
+    return markers;
+  }
+
+  host::host_config const config_;
+  std::vector<std::atomic<std::size_t>> used_;  // bytes of device+managed memory in use, per device
+  std::vector<std::shared_ptr<stream_queue>> default_streams_;  // legacy default stream, per device
+
+  std::mutex memory_mutex_;
+  std::unordered_map<void*, allocation> allocations_;  // guarded by memory_mutex_
+
+  std::mutex registry_mutex_;
+  std::unordered_map<cudaStream_t, std::shared_ptr<stream_queue>> streams_;  // guarded by registry_mutex_
+  std::vector<std::shared_ptr<stream_queue>> per_thread_streams_;            // guarded by registry_mutex_
+  std::unordered_map<cudaEvent_t, std::unique_ptr<host_event>> events_;      // guarded by registry_mutex_
+
+  static thread_local int current_device_;
+};
+
+thread_local int host_backend::current_device_ = 0;
+
+}  // namespace
+
+backend& host_backend_instance()
+{
+  // Never destroyed: streams of other threads and static destructors may still use it at exit.
+  static host_backend* const instance = new host_backend{};
+  return *instance;
+}
+
+}  // namespace gpumem::detail

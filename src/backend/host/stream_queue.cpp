@@ -1,0 +1,112 @@
+// stream_queue: see stream_queue.hpp.
+#include "stream_queue.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
+namespace gpumem::detail::host {
+
+stream_queue::stream_queue(int device, unsigned flags, int priority, role r)
+  : device_{device}, flags_{flags}, priority_{priority}, role_{r}, worker_{[this] { run(); }}
+{
+}
+
+stream_queue::~stream_queue()
+{
+  {
+    std::lock_guard lock{mutex_};
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  worker_.join();
+}
+
+bool stream_queue::blocking() const noexcept
+{
+  return role_ != role::legacy_default && (flags_ & cudaStreamNonBlocking) == 0;
+}
+
+void stream_queue::submit(operation op)
+{
+  {
+    std::lock_guard lock{mutex_};
+    ops_.push_back(std::move(op));
+  }
+  work_cv_.notify_one();
+}
+
+completion_ptr stream_queue::submit_marker()
+{
+  auto marker = std::make_shared<completion>();
+  submit([marker] { marker->signal(); });
+  return marker;
+}
+
+void stream_queue::synchronize()
+{
+  std::unique_lock lock{mutex_};
+  idle_cv_.wait(lock, [this] { return ops_.empty() && !running_; });
+  if (failure_) { std::rethrow_exception(std::exchange(failure_, nullptr)); }
+}
+
+bool stream_queue::idle()
+{
+  std::lock_guard lock{mutex_};
+  return ops_.empty() && !running_;
+}
+
+bool stream_queue::capturing()
+{
+  std::lock_guard lock{mutex_};
+  return capture_ != nullptr;
+}
+
+void stream_queue::begin_capture()
+{
+  std::lock_guard lock{mutex_};
+  capture_ = std::make_unique<std::vector<node>>();
+}
+
+std::vector<stream_queue::node> stream_queue::end_capture()
+{
+  std::lock_guard lock{mutex_};
+  std::vector<node> nodes = std::move(*capture_);
+  capture_.reset();
+  return nodes;
+}
+
+bool stream_queue::capture_if_capturing(node const& n)
+{
+  std::lock_guard lock{mutex_};
+  if (capture_ == nullptr) { return false; }
+  capture_->push_back(n);
+  return true;
+}
+
+void stream_queue::run()
+{
+  std::unique_lock lock{mutex_};
+  for (;;) {
+    work_cv_.wait(lock, [this] { return stop_ || !ops_.empty(); });
+    if (ops_.empty()) { break; }  // stop_ and drained: all submitted work has run
+    operation op = std::move(ops_.front());
+    ops_.pop_front();
+    running_ = true;
+    lock.unlock();
+    std::exception_ptr failed;
+    try {
+      op();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    op = nullptr;  // release captured state outside the lock
+    lock.lock();
+    running_ = false;
+    if (failed && !failure_) { failure_ = failed; }
+    if (ops_.empty()) { idle_cv_.notify_all(); }
+  }
+  idle_cv_.notify_all();
+}
+
+}  // namespace gpumem::detail::host

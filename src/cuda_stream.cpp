@@ -1,0 +1,67 @@
+// cuda_stream (cuda_stream.hpp).
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/cuda_stream.hpp>
+#include <gpumem/error.hpp>
+
+#include <utility>
+
+namespace gpumem {
+
+cuda_stream::cuda_stream(flags stream_flags, int priority)
+  : stream_{detail::get_backend().stream_create(static_cast<unsigned>(stream_flags), priority)},
+    device_{get_current_cuda_device()}
+{
+}
+
+cuda_stream::~cuda_stream() noexcept { destroy(); }
+
+cuda_stream::cuda_stream(cuda_stream&& other) noexcept
+  : stream_{std::exchange(other.stream_, nullptr)}, device_{other.device_}
+{
+}
+
+cuda_stream& cuda_stream::operator=(cuda_stream&& other) noexcept
+{
+  if (this != &other) {
+    destroy();
+    stream_ = std::exchange(other.stream_, nullptr);
+    device_ = other.device_;
+  }
+  return *this;
+}
+
+void cuda_stream::destroy() noexcept
+{
+  if (stream_ != nullptr) {
+    detail::get_backend().stream_destroy(stream_);
+    stream_ = nullptr;
+  }
+}
+
+cuda_stream::flags cuda_stream::get_flags() const
+{
+  expects(is_valid(), "the stream was moved from");
+  return static_cast<flags>(detail::get_backend().stream_flags(stream_));
+}
+
+int cuda_stream::priority() const
+{
+  expects(is_valid(), "the stream was moved from");
+  return detail::get_backend().stream_priority(stream_);
+}
+
+void cuda_stream::synchronize() const
+{
+  expects(is_valid(), "the stream was moved from");
+  detail::get_backend().stream_synchronize(stream_);
+}
+
+bool cuda_stream::is_idle() const
+{
+  expects(is_valid(), "the stream was moved from");
+  return detail::get_backend().stream_query(stream_);
+}
+
+std::pair<int, int> cuda_stream::priority_range() { return detail::get_backend().stream_priority_range(); }
+
+}  // namespace gpumem
