@@ -47,22 +47,27 @@ TEST(CudaStream, SubmissionDoesNotWaitAndQueryReportsPendingWork)
 
 TEST(CudaStream, CopyIsOrderedAfterEarlierWork)
 {
+  // Pinned host memory: CUDA makes a copy from pageable memory wait for the stream's earlier work on the
+  // calling thread, which here would wait for the gate forever.
   cuda_stream stream;
   auto& backend = detail::get_backend();
   void* device = backend.malloc_device(sizeof(int));
+  auto* host = static_cast<int*>(backend.malloc_pinned(2 * sizeof(int)));
   ASSERT_NE(device, nullptr);
-  int source = 0;
-  int result = -1;
+  ASSERT_NE(host, nullptr);
+  host[0] = 0;
+  host[1] = -1;
   test::gate gate;
   gate.hold(stream.value());
-  auto set_source = [&source] { source = 42; };
+  auto set_source = [host] { host[0] = 42; };
   test::on_stream(stream.value(), set_source);  // runs after the gate, before the copies
-  backend.memcpy_async(device, &source, sizeof(int), stream.value());
-  backend.memcpy_async(&result, device, sizeof(int), stream.value());
+  backend.memcpy_async(device, host, sizeof(int), stream.value());
+  backend.memcpy_async(host + 1, device, sizeof(int), stream.value());
   gate.release();
   stream.synchronize();
-  EXPECT_EQ(result, 42);
+  EXPECT_EQ(host[1], 42);
   backend.free_device(device);
+  backend.free_pinned(host);
 }
 
 TEST(CudaStream, FlagsPriorityAndDevice)

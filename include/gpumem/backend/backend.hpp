@@ -13,6 +13,11 @@
  * Handles keep CUDA's types. Under the host backend a cudaStream_t or cudaEvent_t points at a host object;
  * the special stream values 0 (legacy default), cudaStreamLegacy and cudaStreamPerThread keep their meaning.
  *
+ * One deliberate difference: the host backend runs every copy asynchronously, also to and from pageable
+ * host memory, where CUDA may block the calling thread until the stream reaches the copy. Code must be
+ * right under both (keep a host buffer alive until its copy completes; never hold a stream back on a
+ * condition that the submitting thread is meant to satisfy after a pageable copy).
+ *
  * Error contract of every member: a failed call throws gpumem::cuda_error with the CUDA error code the
  * CUDA runtime would give (the host backend mimics those codes), except where a member says otherwise.
  * Members marked noexcept never throw (they are used by destructors and deallocation paths).
