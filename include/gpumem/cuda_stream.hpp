@@ -10,6 +10,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <utility>
+
 namespace gpumem {
 
 /**

@@ -2,7 +2,7 @@
 // rule is exercised by CI without a GPU.
 //
 // - Device memory: 256-byte aligned host memory, counted against each emulated device's capacity
-//   (host_config.hpp). Pinned memory: host memory, up to the machine's physical memory. Managed memory
+//   (host_config.hpp). Freeing waits for all work on the device first, as cudaFree does. Pinned memory: host memory, up to the machine's physical memory. Managed memory
 //   counts against the device like device memory.
 // - Streams: stream_queue (a worker thread each). CUDA's implicit synchronisation is kept: work on the
 //   legacy default stream waits for all earlier work of the device's blocking streams, and work on a
@@ -365,6 +365,14 @@ class host_backend final : public backend {
       }
       found = it->second;
       allocations_.erase(it);
+    }
+    // cudaFree and cudaFreeHost synchronise the device before freeing; so does the emulation, so that
+    // work still queued on any stream never touches freed memory.
+    for (auto const& queue : queues_of_device(found.device)) {
+      try {
+        queue->synchronize();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): a failed operation is reported by the stream's owner
+      }
     }
     if (kind != memory_kind::pinned) {
       used_[static_cast<std::size_t>(found.device)].fetch_sub(found.bytes, std::memory_order_relaxed);

@@ -1,0 +1,27 @@
+// The `gpumem` subcommands. Each takes its own arguments (after the subcommand's name), prints to `out`,
+// and returns the process exit status; errors propagate as exceptions, which main() reports.
+#pragma once
+
+#include <iosfwd>
+#include <span>
+#include <stdexcept>
+#include <string_view>
+
+namespace gpumem::cli {
+
+/// Exit status for a command line that cannot be understood.
+inline constexpr int exit_usage = 2;
+
+/// A command line that cannot be understood: main() prints the message and the usage, and exits with 2.
+class usage_error : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// `gpumem info`: backend, runtime and driver versions, and every device's properties and memory.
+int run_info(std::span<std::string_view const> args, std::ostream& out);
+
+/// `gpumem demo [--elements N]`: a stream-ordered allocate / fill / memset / copy back / verify round trip.
+int run_demo(std::span<std::string_view const> args, std::ostream& out);
+
+}  // namespace gpumem::cli

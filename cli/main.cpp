@@ -1,0 +1,67 @@
+// `gpumem`: the command-line front end. Parses the subcommand, runs it, and maps failures to exit codes:
+// 0 success, 1 a failed check or any error ("gpumem: error: ..."), 2 a command line it cannot understand.
+// The commands themselves live in commands/; the logic they show lives in the library.
+#include "commands.hpp"
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+constexpr std::string_view usage =
+  "usage: gpumem <command> [options]\n"
+  "\n"
+  "commands:\n"
+  "  info                  backend, CUDA runtime and driver versions, devices and their memory\n"
+  "  demo [--elements N]   allocate, fill, memset, copy back and verify device buffers on a stream\n"
+  "                        (N int32 elements per buffer, default 4194304)\n"
+  "\n"
+  "options:\n"
+  "  -h, --help            print this help\n"
+  "  -V, --version         print gpumem's version\n"
+  "\n"
+  "environment:\n"
+  "  GPUMEM_BACKEND=cuda|host   force a backend (default: cuda when a device is present, else host)\n"
+  "  GPUMEM_HOST_MEMORY=BYTES   capacity of each emulated device under the host backend\n";
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+  std::vector<std::string_view> const args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  if (args.empty()) {
+    std::cerr << usage;
+    return gpumem::cli::exit_usage;
+  }
+  std::string_view const command = args.front();
+  std::span<std::string_view const> const rest = std::span{args}.subspan(1);
+  try {
+    if (command == "-h" || command == "--help" || command == "help") {
+      std::cout << usage;
+      return 0;
+    }
+    if (command == "-V" || command == "--version" || command == "version") {
+      std::cout << "gpumem " << GPUMEM_VERSION_STRING << '\n';
+      return 0;
+    }
+    if (command == "info") { return gpumem::cli::run_info(rest, std::cout); }
+    if (command == "demo") { return gpumem::cli::run_demo(rest, std::cout); }
+    std::cerr << "gpumem: unknown command '" << command << "'\n\n" << usage;
+    return gpumem::cli::exit_usage;
+  } catch (gpumem::cli::usage_error const& e) {
+    std::cerr << "gpumem: " << e.what() << "\n\n" << usage;
+    return gpumem::cli::exit_usage;
+  } catch (std::exception const& e) {
+    std::cout.flush();
+    std::cerr << "gpumem: error: " << e.what() << '\n';
+    return 1;
+  } catch (...) {
+    std::cout.flush();
+    std::cerr << "gpumem: error: unknown exception\n";
+    return 1;
+  }
+}

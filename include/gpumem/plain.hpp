@@ -1,0 +1,77 @@
+/**
+ * @file plain.hpp
+ * The plain API: malloc/free-shaped functions over each device's current resource, for code that does not
+ * want to carry a resource and a size around (and for the C API, gpumem.h, which is built on it).
+ *
+ *     void* p = gpumem::alloc(1 << 20, stream);   // 1 MiB from the current device's resource
+ *     ...                                         // use p on `stream`
+ *     gpumem::free(p, stream);                    // no size: gpumem remembers it
+ *
+ * gpumem records, for every live pointer, its size, the resource that allocated it and its device, so
+ * free() returns the memory to that resource on that device even when the current device or the current
+ * resource has changed since. The cost is one hash-map insert and erase per allocation (16 independent
+ * shards, so threads rarely contend); use the resources directly where that matters.
+ *
+ * Misuse is reported, not undefined: freeing a pointer twice throws gpumem::logic_error saying it "was
+ * already freed" (gpumem remembers recently freed pointers, a bounded number per shard), and freeing a
+ * pointer it never handed out throws logic_error saying it "was not allocated by gpumem::alloc/zeros".
+ * Neither touches any resource.
+ */
+#pragma once
+
+#include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/export.hpp>
+
+#include <cstddef>
+
+namespace gpumem {
+
+/**
+ * @brief Allocates `size` bytes (256-byte aligned) from the current device's current resource
+ * (mr::get_current_device_resource()).
+ * Thread-safety: may be called concurrently from any thread.
+ * Stream-ordering: the memory may be used at once by work on `stream`; other streams must synchronise
+ * with `stream` first (device_memory_resource.hpp).
+ * @return the allocation; nullptr when size == 0 (nothing is recorded, and free(nullptr) is a no-op).
+ * @throws gpumem::bad_alloc when `size` overflows when rounded up to 256.
+ * @throws gpumem::out_of_memory when the resource has not the memory (message: size, resource, device,
+ *         free and total).
+ * @throws gpumem::cuda_error when the backend fails otherwise.
+ */
+[[nodiscard]] GPUMEM_EXPORT void* alloc(std::size_t size, cuda_stream_view stream = cuda_stream_view{});
+
+/**
+ * @brief As alloc(), then fills the memory with zero bytes by a memset enqueued on `stream`.
+ * Stream-ordering: the zeros are written in stream order: work on `stream` sees them; the host and other
+ * streams must synchronise with `stream` first (for example stream.synchronize()) before reading.
+ * @return the allocation; nullptr when size == 0.
+ * @throws as alloc(); gpumem::cuda_error when the memset cannot be enqueued (the memory is freed first).
+ */
+[[nodiscard]] GPUMEM_EXPORT void* zeros(std::size_t size, cuda_stream_view stream = cuda_stream_view{});
+
+/**
+ * @brief Returns `ptr`, obtained from alloc() or zeros(), to the resource and device that allocated it.
+ * Thread-safety: may be called concurrently from any thread, for different pointers.
+ * Stream-ordering: the memory may be reused by work on `stream` at once: all work using `ptr` must have
+ * been submitted to `stream` (or be complete).
+ * @pre `ptr` is nullptr or a live pointer from alloc()/zeros().
+ * @post free(nullptr) does nothing.
+ * @throws gpumem::logic_error naming the pointer when it "was already freed" or "was not allocated by
+ *         gpumem::alloc/zeros"; no resource is touched then.
+ */
+GPUMEM_EXPORT void free(void* ptr, cuda_stream_view stream = cuda_stream_view{});
+
+/**
+ * @brief The size that was asked for when `ptr` was allocated by alloc() or zeros().
+ * Thread-safety: may be called concurrently from any thread.
+ * @throws gpumem::logic_error naming the pointer when it is not a live pointer from alloc()/zeros().
+ */
+[[nodiscard]] GPUMEM_EXPORT std::size_t allocation_size(void const* ptr);
+
+/**
+ * @brief How many pointers from alloc()/zeros() are live (not yet freed), over all threads and devices.
+ * Thread-safety: may be called concurrently; the value may be stale by the time it is read.
+ */
+[[nodiscard]] GPUMEM_EXPORT std::size_t live_allocation_count() noexcept;
+
+}  // namespace gpumem

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The one script for the GPU machine (Ubuntu 24.04; cmake, ninja, nvcc, GoogleTest, Google Benchmark and
+# compute-sanitizer preinstalled; no network; run as root). Needs no apt.
+#
+#   bash scripts/gpu_check.sh [extra cmake configure args...]
+#
+# Steps: configure + build a release tree in build/gpu with every core (sm_90); nvidia-smi -L; the whole
+# ctest suite with GPUMEM_BACKEND unset (host.* tests on the host backend, gpu.* on the GPU); the gtest
+# binary under compute-sanitizer memcheck with leak checking on the cuda backend; `gpumem info` and
+# `gpumem demo` on the GPU. Logs go to "${OUT:-/tmp/gpumem-out}" (8 files, flat names); a summary table
+# ends the output. Exits non-zero if any step failed.
+#
+# Warnings are not errors here (a newer compiler must not cost a GPU session); CI enforces them.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+out=${OUT:-/tmp/gpumem-out}
+mkdir -p "$out"
+build=build/gpu
+jobs=$(nproc 2>/dev/null || echo 4)
+unset GPUMEM_BACKEND   # auto: cuda when a device is present
+
+step_names=() step_results=() step_seconds=() step_logs=()
+failed=0
+
+# run_step NAME LOG CMD...: runs CMD, appending its output to $out/LOG (and to the terminal), records the
+# result. A step after a failed build is recorded as skipped.
+run_step() {
+  local name=$1 log=$2; shift 2
+  local start=$SECONDS rc
+  printf '\n==== %s: %s\n' "$name" "$*" | tee -a "$out/$log"
+  "$@" 2>&1 | tee -a "$out/$log"
+  rc=${PIPESTATUS[0]}
+  step_names+=("$name") step_seconds+=($((SECONDS - start))) step_logs+=("$log")
+  if ((rc == 0)); then step_results+=(PASS); else step_results+=("FAIL($rc)"); failed=1; fi
+  return "$rc"
+}
+skip_step() {
+  step_names+=("$1") step_seconds+=(0) step_logs+=("-") step_results+=(SKIPPED)
+}
+
+find_tool() {  # find_tool NAME [FALLBACK...]: prints the path of the first one found
+  local name=$1; shift
+  command -v "$name" 2>/dev/null && return 0
+  local f; for f in "$@"; do [[ -x $f ]] && { echo "$f"; return 0; }; done
+  return 1
+}
+sanitizer=$(find_tool compute-sanitizer /usr/local/cuda/bin/compute-sanitizer \
+  /usr/local/cuda/compute-sanitizer/compute-sanitizer) || sanitizer=""
+nvsmi=$(find_tool nvidia-smi /usr/local/nvidia/bin/nvidia-smi /usr/bin/nvidia-smi) || nvsmi=""
+
+: >"$out/env.log"; : >"$out/build.log"; : >"$out/ctest.log"; : >"$out/memcheck.log"
+: >"$out/info.log"; : >"$out/demo.log"
+{
+  echo "date: $(date -u +%FT%TZ)  host: $(uname -srm)  cores: $jobs"
+  [[ -r /etc/os-release ]] && grep PRETTY_NAME /etc/os-release
+  cmake --version | head -1; ninja --version | sed 's/^/ninja /'; c++ --version | head -1
+  if command -v nvcc >/dev/null; then nvcc --version | tail -1; else /usr/local/cuda/bin/nvcc --version 2>&1 | tail -1; fi
+  echo "compute-sanitizer: ${sanitizer:-not found}"
+  echo "nvidia-smi: ${nvsmi:-not found}"
+} 2>&1 | tee -a "$out/env.log"
+
+build_ok=1
+run_step configure build.log cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DGPUMEM_BUILD_TESTS=ON -DGPUMEM_BUILD_CLI=ON \
+  -DGPUMEM_WARNINGS_AS_ERRORS=OFF "$@" || build_ok=0
+if ((build_ok)); then
+  run_step build build.log cmake --build "$build" --parallel "$jobs" || build_ok=0
+else
+  skip_step build
+fi
+
+if [[ -n $nvsmi ]]; then run_step nvidia-smi env.log "$nvsmi" -L; else
+  echo "nvidia-smi not found" | tee -a "$out/env.log"; step_names+=(nvidia-smi) step_seconds+=(0)
+  step_logs+=(env.log) step_results+=("FAIL(missing)"); failed=1
+fi
+
+if ((build_ok)); then
+  run_step ctest ctest.log ctest --test-dir "$build" --output-on-failure --parallel "$jobs" \
+    --output-junit "$out/ctest-junit.xml"
+  if [[ -n $sanitizer ]]; then
+    # Every test runs under memcheck; none is excluded. CUDA API errors are not reported as memcheck
+    # errors (--report-api-errors no): the out-of-memory tests make cudaMalloc fail on purpose, and gpumem
+    # checks every CUDA call's result itself (a failure is a cuda_error, which the tests catch or fail on).
+    run_step memcheck memcheck.log env GPUMEM_BACKEND=cuda "$sanitizer" --tool memcheck --leak-check full \
+      --report-api-errors no --error-exitcode 1 "$build/tests/gpumem_tests"
+  else
+    echo "compute-sanitizer not found" | tee -a "$out/memcheck.log"; step_names+=(memcheck)
+    step_seconds+=(0) step_logs+=(memcheck.log) step_results+=("FAIL(missing)"); failed=1
+  fi
+  run_step "gpumem info" info.log env GPUMEM_BACKEND=cuda "$build/cli/gpumem" info
+  run_step "gpumem demo" demo.log env GPUMEM_BACKEND=cuda "$build/cli/gpumem" demo
+else
+  for s in ctest memcheck "gpumem info" "gpumem demo"; do skip_step "$s"; done
+fi
+
+{
+  printf '\n==== gpu_check summary (%s)\n' "$(date -u +%FT%TZ)"
+  printf '%-14s %-12s %8s  %s\n' step result seconds log
+  for i in "${!step_names[@]}"; do
+    printf '%-14s %-12s %8s  %s\n' "${step_names[$i]}" "${step_results[$i]}" "${step_seconds[$i]}" "${step_logs[$i]}"
+  done
+  tests_line=$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)
+  [[ -n $tests_line ]] && echo "ctest: $tests_line"
+  memcheck_line=$(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)
+  [[ -n $memcheck_line ]] && echo "memcheck: $memcheck_line"
+  if ((failed)); then echo "RESULT: FAILED"; else echo "RESULT: PASSED"; fi
+  echo "logs: $out"
+} | tee "$out/summary.txt"
+exit "$failed"

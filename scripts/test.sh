@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds everything and runs every test: the README's test command, and what CI runs (.ci/run).
+#
+#   bash scripts/test.sh                              # deps, `ci` preset (warnings are errors), ctest
+#   GPUMEM_TEST_SANITIZERS=1 bash scripts/test.sh     # then also the `asan` preset (ASan + UBSan)
+#   GPUMEM_TEST_SANITIZERS=all bash scripts/test.sh   # then also `asan` and `tsan`
+#   GPUMEM_JOBS=8 bash scripts/test.sh                # parallelism (default: the number of cores)
+#
+# Exits non-zero on any failure. Tests labelled `gpu` are reported as skipped on a machine with no GPU.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+jobs=${GPUMEM_JOBS:-$(nproc 2>/dev/null || echo 2)}
+start=$SECONDS
+
+step() { printf '\n==== %s\n' "$*"; }
+
+bash scripts/setup_deps.sh
+
+# run_preset NAME: configure, build and test one preset; ctest prints every test and the closing summary.
+run_preset() {
+  local preset=$1
+  step "configure ($preset)"
+  cmake --preset "$preset"
+  step "build ($preset, $jobs jobs)"
+  cmake --build --preset "$preset" --parallel "$jobs"
+  step "test ($preset)"
+  ctest --preset "$preset" --parallel "$jobs"
+}
+
+run_preset ci
+
+case ${GPUMEM_TEST_SANITIZERS:-0} in
+  0 | "") ;;
+  1 | asan) run_preset asan ;;
+  all) run_preset asan; run_preset tsan ;;
+  *) echo "test.sh: GPUMEM_TEST_SANITIZERS must be 0, 1 (asan), asan or all" >&2; exit 2 ;;
+esac
+
+step "all tests passed ($((SECONDS - start)) s)"

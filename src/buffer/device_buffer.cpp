@@ -1,0 +1,147 @@
+// device_buffer: allocation, copy and reallocation of an untyped stream-ordered buffer. Every operation
+// that touches memory runs on one stream (the one passed in) with the buffer's device current, so the
+// allocation, the copy and the deallocation of the old memory are ordered among themselves.
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/buffer/device_buffer.hpp>
+#include <gpumem/error.hpp>
+
+#include <optional>
+#include <utility>
+
+namespace gpumem {
+
+namespace {
+
+/// Enqueues a copy of `bytes` bytes on `stream`; a zero-byte copy enqueues nothing.
+void copy_async(void* dst, void const* src, std::size_t bytes, cuda_stream_view stream)
+{
+  if (bytes != 0) { detail::get_backend().memcpy_async(dst, src, bytes, stream.value()); }
+}
+
+}  // namespace
+
+device_buffer::device_buffer()
+  : mr_{mr::get_current_device_resource()}, device_{get_current_cuda_device()}
+{
+}
+
+device_buffer::device_buffer(std::size_t size, cuda_stream_view stream, mr::device_memory_resource* mr)
+  : stream_{stream}, mr_{mr}, device_{get_current_cuda_device()}
+{
+  expects(mr_ != nullptr, "the memory resource must not be null");
+  data_ = mr_->allocate(size, stream_);
+  size_ = size;
+  capacity_ = size;
+}
+
+device_buffer::device_buffer(void const* source, std::size_t size, cuda_stream_view stream,
+                             mr::device_memory_resource* mr)
+  : stream_{stream}, mr_{mr}, device_{get_current_cuda_device()}
+{
+  expects(mr_ != nullptr, "the memory resource must not be null");
+  expects(source != nullptr || size == 0, "the source must not be null when size > 0");
+  data_ = mr_->allocate(size, stream_);
+  size_ = size;
+  capacity_ = size;
+  try {
+    copy_async(data_, source, size, stream_);
+  } catch (...) {
+    free_storage();  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+device_buffer::device_buffer(device_buffer const& other, cuda_stream_view stream, mr::device_memory_resource* mr)
+  : device_buffer{other.data(), other.size(), stream, mr}
+{
+}
+
+device_buffer::device_buffer(device_buffer&& other) noexcept
+  : data_{std::exchange(other.data_, nullptr)},
+    size_{std::exchange(other.size_, 0)},
+    capacity_{std::exchange(other.capacity_, 0)},
+    stream_{std::exchange(other.stream_, cuda_stream_view{})},
+    mr_{other.mr_},
+    device_{other.device_}
+{
+}
+
+device_buffer& device_buffer::operator=(device_buffer&& other) noexcept
+{
+  if (this != &other) {
+    free_storage();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+    stream_ = std::exchange(other.stream_, cuda_stream_view{});
+    mr_ = other.mr_;
+    device_ = other.device_;
+  }
+  return *this;
+}
+
+device_buffer::~device_buffer() noexcept { free_storage(); }
+
+void device_buffer::reserve(std::size_t new_capacity, cuda_stream_view stream)
+{
+  if (new_capacity > capacity_) {
+    reallocate(new_capacity, stream);
+  } else {
+    stream_ = stream;
+  }
+}
+
+void device_buffer::resize(std::size_t new_size, cuda_stream_view stream)
+{
+  if (new_size > capacity_) {
+    reallocate(new_size, stream);
+  } else {
+    stream_ = stream;
+  }
+  size_ = new_size;
+}
+
+void device_buffer::shrink_to_fit(cuda_stream_view stream)
+{
+  if (size_ != capacity_) {
+    reallocate(size_, stream);
+  } else {
+    stream_ = stream;
+  }
+}
+
+void device_buffer::reallocate(std::size_t new_capacity, cuda_stream_view stream)
+{
+  cuda_set_device_raii const on_device{device_};
+  void* const new_data = mr_->allocate(new_capacity, stream);
+  try {
+    copy_async(new_data, data_, size_, stream);
+  } catch (...) {
+    mr_->deallocate(new_data, new_capacity, stream);
+    throw;
+  }
+  // The copy above reads the old memory on `stream`, so the old memory is freed on `stream` too.
+  mr_->deallocate(data_, capacity_, stream);
+  data_ = new_data;
+  capacity_ = new_capacity;
+  stream_ = stream;
+}
+
+void device_buffer::free_storage() noexcept
+{
+  if (data_ != nullptr) {
+    std::optional<cuda_set_device_raii> on_device;
+    try {
+      on_device.emplace(device_);
+    } catch (...) {
+      // The device was valid when the memory was allocated; should switching to it fail now, freeing on
+      // the current device is still better than leaking (and destructors must not throw).
+    }
+    mr_->deallocate(data_, capacity_, stream_);
+  }
+  data_ = nullptr;
+  size_ = 0;
+  capacity_ = 0;
+}
+
+}  // namespace gpumem

@@ -1,0 +1,30 @@
+// managed_memory_resource (managed_memory_resource.hpp): cudaMallocManaged / cudaFree through the backend.
+#include "mr/upstream_sync.hpp"
+
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/mr/managed_memory_resource.hpp>
+
+namespace gpumem::mr {
+
+void* managed_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view /*stream*/)
+{
+  detail::backend& backend = detail::get_backend();
+  void* const ptr = backend.malloc_managed(bytes);
+  if (ptr == nullptr) { throw_out_of_memory("managed_memory_resource", bytes, backend.current_device()); }
+  return ptr;
+}
+
+void managed_memory_resource::do_deallocate(void* ptr, std::size_t /*bytes*/, cuda_stream_view stream) noexcept
+{
+  detail::backend& backend = detail::get_backend();
+  detail::wait_for_stream_before_free(backend, stream);
+  backend.free_managed(ptr);
+}
+
+bool managed_memory_resource::do_is_equal(device_memory_resource const& other) const noexcept
+{
+  return dynamic_cast<managed_memory_resource const*>(&other) != nullptr;
+}
+
+}  // namespace gpumem::mr

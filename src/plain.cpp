@@ -1,0 +1,190 @@
+// The plain API (plain.hpp): alloc/zeros/free over the current device resource, with a registry that
+// remembers each live pointer's {size, resource, device}.
+//
+// The registry has 16 shards, each a mutex + hash map, chosen by a hash of the pointer, so threads that
+// allocate at once rarely share a lock. Each shard also remembers its last `recently_freed_capacity` freed
+// pointers, which turns a double free into a clear "was already freed" error instead of "unknown pointer".
+// The registry is leaked on purpose, like the default resources, so frees during process exit still work.
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/cuda_device_id.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/mr/per_device_resource.hpp>
+#include <gpumem/plain.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace gpumem {
+namespace {
+
+constexpr std::size_t shard_count = 16;
+constexpr std::size_t recently_freed_capacity = 256;  // per shard: 4096 pointers in all
+
+/// Where a live pointer came from: enough to give it back without asking the caller.
+struct record {
+  std::size_t size;
+  mr::device_memory_resource* resource;
+  int device;
+};
+
+enum class lookup_result { live, freed, unknown };
+
+class shard {
+ public:
+  /// Records a new live pointer. A pointer already recorded (its memory was returned to the resource
+  /// behind gpumem's back and handed out again) is overwritten. @return true when it was not recorded.
+  bool insert(void const* ptr, record const& rec)
+  {
+    std::lock_guard lock{mutex_};
+    return live_.insert_or_assign(ptr, rec).second;
+  }
+
+  /// Removes a live pointer and remembers it as freed. @return what the pointer was; `out` when live.
+  lookup_result take(void const* ptr, record& out)
+  {
+    std::lock_guard lock{mutex_};
+    auto const it = live_.find(ptr);
+    if (it == live_.end()) { return was_freed_locked(ptr) ? lookup_result::freed : lookup_result::unknown; }
+    out = it->second;
+    live_.erase(it);
+    recently_freed_[next_freed_] = ptr;
+    next_freed_ = (next_freed_ + 1) % recently_freed_capacity;
+    return lookup_result::live;
+  }
+
+  lookup_result find(void const* ptr, record& out) const
+  {
+    std::lock_guard lock{mutex_};
+    auto const it = live_.find(ptr);
+    if (it == live_.end()) { return was_freed_locked(ptr) ? lookup_result::freed : lookup_result::unknown; }
+    out = it->second;
+    return lookup_result::live;
+  }
+
+ private:
+  /// O(recently_freed_capacity), on error paths only.
+  bool was_freed_locked(void const* ptr) const noexcept
+  {
+    return std::find(recently_freed_.begin(), recently_freed_.end(), ptr) != recently_freed_.end();
+  }
+
+  mutable std::mutex mutex_;
+  std::unordered_map<void const*, record> live_;                        // guarded by mutex_
+  std::array<void const*, recently_freed_capacity> recently_freed_{};   // guarded by mutex_: a ring
+  std::size_t next_freed_{};                                            // guarded by mutex_
+};
+
+class registry {
+ public:
+  void insert(void const* ptr, record const& rec)
+  {
+    if (shard_of(ptr).insert(ptr, rec)) { live_count_.fetch_add(1, std::memory_order_relaxed); }
+  }
+
+  /// Removes `ptr` and returns its record. @throws logic_error naming the pointer when it is not live.
+  record take(void const* ptr, char const* caller)
+  {
+    record rec{};
+    lookup_result const result = shard_of(ptr).take(ptr, rec);
+    if (result != lookup_result::live) { throw_not_live(ptr, result, caller); }
+    live_count_.fetch_sub(1, std::memory_order_relaxed);
+    return rec;
+  }
+
+  /// @throws logic_error naming the pointer when it is not live.
+  record find(void const* ptr, char const* caller) const
+  {
+    record rec{};
+    lookup_result const result = shard_of(ptr).find(ptr, rec);
+    if (result != lookup_result::live) { throw_not_live(ptr, result, caller); }
+    return rec;
+  }
+
+  std::size_t live_count() const noexcept { return live_count_.load(std::memory_order_relaxed); }
+
+ private:
+  shard& shard_of(void const* ptr) noexcept { return shards_[shard_index(ptr)]; }
+  shard const& shard_of(void const* ptr) const noexcept { return shards_[shard_index(ptr)]; }
+
+  static std::size_t shard_index(void const* ptr) noexcept
+  {
+    // Allocations are 256-byte aligned: drop those zero bits, then take the top bits of a Fibonacci hash.
+    std::uint64_t const bits = reinterpret_cast<std::uintptr_t>(ptr) >> 8U;
+    return static_cast<std::size_t>((bits * 0x9E3779B97F4A7C15ULL) >> 60U);
+  }
+  static_assert(shard_count == 16, "shard_index takes the top 4 bits of the hash");
+
+  [[noreturn]] static void throw_not_live(void const* ptr, lookup_result result, char const* caller)
+  {
+    if (result == lookup_result::freed) {
+      throw logic_error(std::string{caller} + ": pointer " + format_pointer(ptr) + " was already freed");
+    }
+    throw logic_error(std::string{caller} + ": pointer " + format_pointer(ptr) +
+                      " was not allocated by gpumem::alloc/zeros (or was freed too long ago to be remembered)");
+  }
+
+  std::array<shard, shard_count> shards_{};
+  std::atomic<std::size_t> live_count_{0};
+};
+
+registry& the_registry()
+{
+  static auto* const instance = new registry{};  // NOLINT(cppcoreguidelines-owning-memory): leaked on purpose
+  return *instance;
+}
+
+}  // namespace
+
+void* alloc(std::size_t size, cuda_stream_view stream)
+{
+  if (size == 0) { return nullptr; }
+  int const device = detail::get_backend().current_device();
+  mr::device_memory_resource* const resource = mr::get_per_device_resource(cuda_device_id{device});
+  void* const ptr = resource->allocate(size, stream);
+  try {
+    the_registry().insert(ptr, record{size, resource, device});
+  } catch (...) {
+    resource->deallocate(ptr, size, stream);
+    throw;
+  }
+  return ptr;
+}
+
+void* zeros(std::size_t size, cuda_stream_view stream)
+{
+  void* const ptr = alloc(size, stream);
+  if (ptr == nullptr) { return nullptr; }
+  try {
+    detail::get_backend().memset_async(ptr, 0, size, stream);
+  } catch (...) {
+    gpumem::free(ptr, stream);
+    throw;
+  }
+  return ptr;
+}
+
+void free(void* ptr, cuda_stream_view stream)
+{
+  if (ptr == nullptr) { return; }
+  registry& reg = the_registry();
+  record const rec = reg.take(ptr, "gpumem::free");
+  try {
+    cuda_set_device_raii const on_device{cuda_device_id{rec.device}};
+    rec.resource->deallocate(ptr, rec.size, stream);
+  } catch (...) {
+    reg.insert(ptr, rec);  // the device could not be made current: the pointer is still live
+    throw;
+  }
+}
+
+std::size_t allocation_size(void const* ptr) { return the_registry().find(ptr, "gpumem::allocation_size").size; }
+
+std::size_t live_allocation_count() noexcept { return the_registry().live_count(); }
+
+}  // namespace gpumem

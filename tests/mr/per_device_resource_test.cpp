@@ -1,0 +1,135 @@
+// per_device_resource: the default resource, set/get/reset, invalid devices, and concurrent use.
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/cuda_device_id.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/mr/cuda_memory_resource.hpp>
+#include <gpumem/mr/per_device_resource.hpp>
+#include <gpumem/mr/simulated_memory_resource.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gpumem::test {
+namespace {
+
+/// Every test starts and ends with the default resources.
+class per_device_resource : public ::testing::Test {
+ protected:
+  void SetUp() override { mr::reset_all_device_resources(); }
+  void TearDown() override { mr::reset_all_device_resources(); }
+};
+
+TEST_F(per_device_resource, default_is_a_process_lifetime_cuda_memory_resource_per_device)
+{
+  int const count = detail::get_backend().device_count();
+  for (int device = 0; device < count; ++device) {
+    mr::device_memory_resource* first = mr::get_per_device_resource(cuda_device_id{device});
+    ASSERT_NE(first, nullptr);
+    EXPECT_NE(dynamic_cast<mr::cuda_memory_resource*>(first), nullptr) << "device " << device;
+    EXPECT_EQ(mr::get_per_device_resource(cuda_device_id{device}), first) << "the default must be stable";
+  }
+  mr::device_memory_resource* current = mr::get_current_device_resource();
+  EXPECT_EQ(current, mr::get_per_device_resource(cuda_device_id{detail::get_backend().current_device()}));
+  void* p = current->allocate(1U << 20);
+  ASSERT_NE(p, nullptr);
+  current->deallocate(p, 1U << 20);
+}
+
+TEST_F(per_device_resource, set_returns_the_previous_resource_and_nullptr_restores_the_default)
+{
+  cuda_device_id const device{detail::get_backend().current_device()};
+  mr::device_memory_resource* const original = mr::get_per_device_resource(device);
+  mr::simulated_memory_resource first;
+  mr::simulated_memory_resource second;
+
+  EXPECT_EQ(mr::set_per_device_resource(device, &first), original);
+  EXPECT_EQ(mr::get_per_device_resource(device), &first);
+  EXPECT_EQ(mr::get_current_device_resource(), &first);
+  EXPECT_EQ(mr::set_current_device_resource(&second), &first);
+  EXPECT_EQ(mr::get_current_device_resource(), &second);
+  EXPECT_EQ(mr::set_per_device_resource(device, nullptr), &second);
+  EXPECT_EQ(mr::get_per_device_resource(device), original) << "nullptr must restore the same default";
+  EXPECT_EQ(mr::set_current_device_resource(nullptr), original) << "the previous is never nullptr";
+}
+
+TEST_F(per_device_resource, reset_all_restores_every_default)
+{
+  int const count = detail::get_backend().device_count();
+  std::vector<mr::device_memory_resource*> defaults;
+  for (int device = 0; device < count; ++device) {
+    defaults.push_back(mr::get_per_device_resource(cuda_device_id{device}));
+  }
+  mr::simulated_memory_resource simulated;
+  for (int device = 0; device < count; ++device) {
+    (void)mr::set_per_device_resource(cuda_device_id{device}, &simulated);
+  }
+  EXPECT_EQ(mr::get_current_device_resource(), &simulated);
+  mr::reset_all_device_resources();
+  for (int device = 0; device < count; ++device) {
+    EXPECT_EQ(mr::get_per_device_resource(cuda_device_id{device}), defaults[static_cast<std::size_t>(device)]);
+  }
+}
+
+TEST_F(per_device_resource, setting_one_device_leaves_the_others_alone)
+{
+  detail::backend& backend = detail::get_backend();
+  if (backend.device_count() < 2) { GTEST_SKIP() << "needs two devices (host backend: GPUMEM_HOST_DEVICES=2)"; }
+  mr::device_memory_resource* const default1 = mr::get_per_device_resource(cuda_device_id{1});
+  mr::simulated_memory_resource simulated;
+  (void)mr::set_per_device_resource(cuda_device_id{0}, &simulated);
+  EXPECT_EQ(mr::get_per_device_resource(cuda_device_id{0}), &simulated);
+  EXPECT_EQ(mr::get_per_device_resource(cuda_device_id{1}), default1);
+  EXPECT_NE(mr::get_per_device_resource(cuda_device_id{1}), mr::get_per_device_resource(cuda_device_id{0}));
+  cuda_set_device_raii const on_one{cuda_device_id{1}};
+  EXPECT_EQ(mr::get_current_device_resource(), default1);
+}
+
+TEST_F(per_device_resource, an_invalid_device_is_a_logic_error_naming_it_and_the_count)
+{
+  int const count = detail::get_backend().device_count();
+  mr::simulated_memory_resource simulated;
+  for (int const device : {-1, count, count + 7}) {
+    try {
+      (void)mr::get_per_device_resource(cuda_device_id{device});
+      ADD_FAILURE() << "device " << device << " was accepted";
+    } catch (logic_error const& e) {
+      std::string const what = e.what();
+      EXPECT_NE(what.find("device " + std::to_string(device)), std::string::npos) << what;
+      EXPECT_NE(what.find(std::to_string(count) + " device"), std::string::npos) << what;
+    }
+    EXPECT_THROW((void)mr::set_per_device_resource(cuda_device_id{device}, &simulated), logic_error);
+  }
+  EXPECT_NE(mr::get_current_device_resource(), &simulated) << "a failed set must change nothing";
+}
+
+TEST_F(per_device_resource, concurrent_set_and_get_always_see_a_whole_resource)
+{
+  cuda_device_id const device{detail::get_backend().current_device()};
+  mr::device_memory_resource* const original = mr::get_per_device_resource(device);
+  mr::simulated_memory_resource a;
+  mr::simulated_memory_resource b;
+  std::atomic<int> unexpected{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 2000; ++i) {
+        if (t % 2 == 0) {
+          mr::device_memory_resource* const previous = mr::set_per_device_resource(device, (i % 2 == 0) ? &a : &b);
+          if (previous != &a && previous != &b && previous != original) { unexpected.fetch_add(1); }
+        } else {
+          mr::device_memory_resource* const seen = mr::get_per_device_resource(device);
+          if (seen != &a && seen != &b && seen != original) { unexpected.fetch_add(1); }
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) { thread.join(); }
+  EXPECT_EQ(unexpected.load(), 0);
+}
+
+}  // namespace
+}  // namespace gpumem::test
