@@ -65,7 +65,7 @@ run_step configure build.log cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=
   -DCMAKE_CUDA_ARCHITECTURES=90 -DGPUMEM_BUILD_TESTS=ON -DGPUMEM_BUILD_CLI=ON \
   -DGPUMEM_WARNINGS_AS_ERRORS=OFF "$@" || build_ok=0
 if ((build_ok)); then
-  run_step build build.log cmake --build "$build" --parallel "$jobs" || build_ok=0
+  run_step build build.log timeout 300 cmake --build "$build" --parallel "$jobs" || build_ok=0
 else
   skip_step build
 fi
@@ -76,20 +76,21 @@ if [[ -n $nvsmi ]]; then run_step nvidia-smi env.log "$nvsmi" -L; else
 fi
 
 if ((build_ok)); then
-  run_step ctest ctest.log ctest --test-dir "$build" --output-on-failure --parallel "$jobs" \
+  # Every step has a time limit: a hang must not spend the whole (scarce) GPU session.
+  run_step ctest ctest.log timeout 300 ctest --timeout 240 --test-dir "$build" --output-on-failure --parallel "$jobs" \
     --output-junit "$out/ctest-junit.xml"
   if [[ -n $sanitizer ]]; then
     # Every test runs under memcheck; none is excluded. CUDA API errors are not reported as memcheck
     # errors (--report-api-errors no): the out-of-memory tests make cudaMalloc fail on purpose, and gpumem
     # checks every CUDA call's result itself (a failure is a cuda_error, which the tests catch or fail on).
-    run_step memcheck memcheck.log env GPUMEM_BACKEND=cuda "$sanitizer" --tool memcheck --leak-check full \
+    run_step memcheck memcheck.log timeout 300 env GPUMEM_BACKEND=cuda "$sanitizer" --tool memcheck --leak-check full \
       --report-api-errors no --error-exitcode 1 "$build/tests/gpumem_tests"
   else
     echo "compute-sanitizer not found" | tee -a "$out/memcheck.log"; step_names+=(memcheck)
     step_seconds+=(0) step_logs+=(memcheck.log) step_results+=("FAIL(missing)"); failed=1
   fi
-  run_step "gpumem info" info.log env GPUMEM_BACKEND=cuda "$build/cli/gpumem" info
-  run_step "gpumem demo" demo.log env GPUMEM_BACKEND=cuda "$build/cli/gpumem" demo
+  run_step "gpumem info" info.log timeout 60 env GPUMEM_BACKEND=cuda "$build/cli/gpumem" info
+  run_step "gpumem demo" demo.log timeout 120 env GPUMEM_BACKEND=cuda "$build/cli/gpumem" demo
 else
   for s in ctest memcheck "gpumem info" "gpumem demo"; do skip_step "$s"; done
 fi

@@ -1,5 +1,4 @@
 // cuda_memory_resource (cuda_memory_resource.hpp): cudaMalloc / cudaFree through the backend.
-#include "mr/upstream_sync.hpp"
 
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/error.hpp>
@@ -15,10 +14,9 @@ void* cuda_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view /*st
   return ptr;
 }
 
-void cuda_memory_resource::do_deallocate(void* ptr, std::size_t /*bytes*/, cuda_stream_view stream) noexcept
+void cuda_memory_resource::do_deallocate(void* ptr, std::size_t /*bytes*/, cuda_stream_view /*stream*/) noexcept
 {
   detail::backend& backend = detail::get_backend();
-  detail::wait_for_stream_before_free(backend, stream);
   backend.free_device(ptr);
 }
 

@@ -1,5 +1,4 @@
 // managed_memory_resource (managed_memory_resource.hpp): cudaMallocManaged / cudaFree through the backend.
-#include "mr/upstream_sync.hpp"
 
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/error.hpp>
@@ -15,10 +14,9 @@ void* managed_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view /
   return ptr;
 }
 
-void managed_memory_resource::do_deallocate(void* ptr, std::size_t /*bytes*/, cuda_stream_view stream) noexcept
+void managed_memory_resource::do_deallocate(void* ptr, std::size_t /*bytes*/, cuda_stream_view /*stream*/) noexcept
 {
   detail::backend& backend = detail::get_backend();
-  detail::wait_for_stream_before_free(backend, stream);
   backend.free_managed(ptr);
 }
 

@@ -1,6 +1,5 @@
 // pinned_host_memory_resource (pinned_host_memory_resource.hpp): cudaMallocHost / cudaFreeHost through the
 // backend.
-#include "mr/upstream_sync.hpp"
 
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/error.hpp>
@@ -19,10 +18,9 @@ void* pinned_host_memory_resource::do_allocate(std::size_t bytes, cuda_stream_vi
   return ptr;
 }
 
-void pinned_host_memory_resource::do_deallocate(void* ptr, std::size_t /*bytes*/, cuda_stream_view stream) noexcept
+void pinned_host_memory_resource::do_deallocate(void* ptr, std::size_t /*bytes*/, cuda_stream_view /*stream*/) noexcept
 {
   detail::backend& backend = detail::get_backend();
-  detail::wait_for_stream_before_free(backend, stream);
   backend.free_pinned(ptr);
 }
 

@@ -22,8 +22,8 @@ namespace gpumem::mr {
  *
  * Thread-safety: all members may be called concurrently (the resource has no state).
  * Stream-ordering: allocate ignores the stream (cudaMalloc's memory is usable by every stream at once).
- * deallocate first waits for the work submitted to its stream, then frees; with cudaFree's own device
- * synchronisation this keeps the contract of device_memory_resource.hpp on both backends.
+ * deallocate frees at once: cudaFree (and the host backend's emulation of it) first waits for all work
+ * on the device, which keeps the contract of device_memory_resource.hpp on both backends.
  *
  * Any two cuda_memory_resource objects compare equal: each can free the other's memory.
  */
@@ -44,7 +44,7 @@ class GPUMEM_EXPORT cuda_memory_resource final : public device_memory_resource {
    * @throws gpumem::cuda_error when the runtime fails otherwise.
    */
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
-  /** @brief Waits for `stream`'s work, then cudaFree(ptr). Never throws. */
+  /** @brief cudaFree(ptr), which waits for the device's work first. Never throws. */
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
   /** @return true when `other` is a cuda_memory_resource. */
   [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;

@@ -23,7 +23,7 @@ namespace gpumem::mr {
  *
  * Thread-safety: all members may be called concurrently (the resource has no state).
  * Stream-ordering: allocate ignores the stream (the memory is usable by every stream and by the host once
- * the call returns). deallocate first waits for the work submitted to its stream, then frees.
+ * the call returns). deallocate frees at once; cudaFree first waits for all work on the device.
  *
  * Any two managed_memory_resource objects compare equal.
  */
@@ -49,7 +49,7 @@ class GPUMEM_EXPORT managed_memory_resource final : public device_memory_resourc
    * @throws gpumem::cuda_error when the runtime fails otherwise.
    */
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
-  /** @brief Waits for `stream`'s work, then cudaFree(ptr). Never throws. */
+  /** @brief cudaFree(ptr), which waits for the device's work first. Never throws. */
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
   /** @return true when `other` is a managed_memory_resource. */
   [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;

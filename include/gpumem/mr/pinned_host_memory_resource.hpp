@@ -23,8 +23,8 @@ namespace gpumem::mr {
  * blocks (or put a pool on top).
  *
  * Thread-safety: all members may be called concurrently (the resource has no state).
- * Stream-ordering: allocate ignores the stream. deallocate first waits for the work submitted to its
- * stream, then frees (cudaFreeHost also synchronises the device).
+ * Stream-ordering: allocate ignores the stream. deallocate frees at once; cudaFreeHost (and the host
+ * backend's emulation of it) first waits for all work on the device.
  *
  * Any two pinned_host_memory_resource objects compare equal.
  */
@@ -51,7 +51,7 @@ class GPUMEM_EXPORT pinned_host_memory_resource final : public device_memory_res
    * @throws gpumem::cuda_error when the runtime fails otherwise.
    */
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
-  /** @brief Waits for `stream`'s work, then cudaFreeHost(ptr). Never throws. */
+  /** @brief cudaFreeHost(ptr), which waits for the device's work first. Never throws. */
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
   /** @return true when `other` is a pinned_host_memory_resource. */
   [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
