@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test: the README's test command, and what CI runs (.ci/run).
 #
-#   bash scripts/test.sh                              # deps, `ci` preset (warnings are errors), ctest
-#   GPUMEM_TEST_SANITIZERS=1 bash scripts/test.sh     # then also the `asan` preset (ASan + UBSan)
-#   GPUMEM_TEST_SANITIZERS=all bash scripts/test.sh   # then also `asan` and `tsan`
+#   bash scripts/test.sh                              # deps; `ci` preset (warnings are errors), then the
+#                                                     # `asan` (ASan + UBSan) and `tsan` presets: what CI runs
+#   GPUMEM_TEST_SANITIZERS=0 bash scripts/test.sh     # only the `ci` preset (quick local run)
+#   GPUMEM_TEST_SANITIZERS=asan bash scripts/test.sh  # `ci`, then `asan`
 #   GPUMEM_JOBS=8 bash scripts/test.sh                # parallelism (default: the number of cores)
 #
 # Exits non-zero on any failure. Tests labelled `gpu` are reported as skipped on a machine with no GPU.
@@ -30,7 +31,7 @@ run_preset() {
 
 run_preset ci
 
-case ${GPUMEM_TEST_SANITIZERS:-0} in
+case ${GPUMEM_TEST_SANITIZERS:-all} in
   0 | "") ;;
   1 | asan) run_preset asan ;;
   all) run_preset asan; run_preset tsan ;;

@@ -29,12 +29,6 @@ namespace gpumem::mr {
  */
 class GPUMEM_EXPORT cuda_memory_resource final : public device_memory_resource {
  public:
-  cuda_memory_resource() = default;
-  ~cuda_memory_resource() override = default;
-  cuda_memory_resource(cuda_memory_resource const&) = default;
-  cuda_memory_resource(cuda_memory_resource&&) noexcept = default;
-  cuda_memory_resource& operator=(cuda_memory_resource const&) = default;
-  cuda_memory_resource& operator=(cuda_memory_resource&&) noexcept = default;
 
  private:
   /**

@@ -29,13 +29,6 @@ namespace gpumem::mr {
  */
 class GPUMEM_EXPORT managed_memory_resource final : public device_memory_resource {
  public:
-  managed_memory_resource() = default;
-  ~managed_memory_resource() override = default;
-  managed_memory_resource(managed_memory_resource const&) = default;
-  managed_memory_resource(managed_memory_resource&&) noexcept = default;
-  managed_memory_resource& operator=(managed_memory_resource const&) = default;
-  managed_memory_resource& operator=(managed_memory_resource&&) noexcept = default;
-
 #ifdef GPUMEM_HAS_CUDA_MR
   /** @brief CCCL property: managed memory is accessible from the host (device_accessible is inherited). */
   friend void get_property(managed_memory_resource const&, cuda::mr::host_accessible) noexcept {}

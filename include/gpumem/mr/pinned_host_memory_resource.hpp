@@ -30,13 +30,6 @@ namespace gpumem::mr {
  */
 class GPUMEM_EXPORT pinned_host_memory_resource final : public device_memory_resource {
  public:
-  pinned_host_memory_resource() = default;
-  ~pinned_host_memory_resource() override = default;
-  pinned_host_memory_resource(pinned_host_memory_resource const&) = default;
-  pinned_host_memory_resource(pinned_host_memory_resource&&) noexcept = default;
-  pinned_host_memory_resource& operator=(pinned_host_memory_resource const&) = default;
-  pinned_host_memory_resource& operator=(pinned_host_memory_resource&&) noexcept = default;
-
 #ifdef GPUMEM_HAS_CUDA_MR
   /** @brief CCCL property: pinned memory is host memory (device_accessible is inherited). */
   friend void get_property(pinned_host_memory_resource const&, cuda::mr::host_accessible) noexcept {}
