@@ -28,8 +28,6 @@ namespace gpumem::mr {
  * Any two cuda_memory_resource objects compare equal: each can free the other's memory.
  */
 class GPUMEM_EXPORT cuda_memory_resource final : public device_memory_resource {
- public:
-
  private:
   /**
    * @brief cudaMalloc(bytes) on the current device.
