@@ -7,6 +7,8 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cstdint>
+#include <string>
 #include <cstdio>
 
 namespace gpumem::detail {
@@ -147,6 +149,73 @@ class cuda_backend final : public backend {
     return allocate_or_null([bytes](void** p) { return cudaMallocHost(p, bytes); }, "cudaMallocHost");
   }
   void free_pinned(void* ptr) noexcept override { report_free_failure(cudaFreeHost(ptr), "cudaFreeHost", ptr); }
+
+  [[nodiscard]] cudaMemPool_t mempool_create(int device, mempool_handle_type handle_type, std::size_t max_size) override
+  {
+    int supported = 0;
+    GPUMEM_CUDA_TRY(cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device));
+    if (supported == 0) {
+      throw cuda_error(cudaErrorNotSupported, "device " + std::to_string(device) +
+                                                " does not support stream-ordered memory pools (cudaMallocAsync)");
+    }
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    props.maxSize = max_size;
+    switch (handle_type) {
+      case mempool_handle_type::none: props.handleTypes = cudaMemHandleTypeNone; break;
+      case mempool_handle_type::posix_file_descriptor: props.handleTypes = cudaMemHandleTypePosixFileDescriptor; break;
+      case mempool_handle_type::fabric: props.handleTypes = cudaMemHandleTypeFabric; break;
+    }
+    cudaMemPool_t pool{};
+    GPUMEM_CUDA_TRY(cudaMemPoolCreate(&pool, &props));
+    return pool;
+  }
+  void mempool_destroy(cudaMemPool_t pool) noexcept override
+  {
+    if (cudaMemPoolDestroy(pool) != cudaSuccess) { (void)cudaGetLastError(); }
+  }
+  [[nodiscard]] cudaMemPool_t mempool_default(int device) override
+  {
+    cudaMemPool_t pool{};
+    GPUMEM_CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, device));
+    return pool;
+  }
+  void mempool_set_release_threshold(cudaMemPool_t pool, std::uint64_t bytes) override
+  {
+    GPUMEM_CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &bytes));
+  }
+  [[nodiscard]] std::uint64_t mempool_release_threshold(cudaMemPool_t pool) override
+  {
+    std::uint64_t bytes = 0;
+    GPUMEM_CUDA_TRY(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &bytes));
+    return bytes;
+  }
+  void mempool_trim(cudaMemPool_t pool, std::size_t min_bytes_to_keep) override
+  {
+    GPUMEM_CUDA_TRY(cudaMemPoolTrimTo(pool, min_bytes_to_keep));
+  }
+  [[nodiscard]] mempool_usage mempool_get_usage(cudaMemPool_t pool) override
+  {
+    auto const read = [pool](cudaMemPoolAttr attribute) {
+      std::uint64_t value = 0;
+      GPUMEM_CUDA_TRY(cudaMemPoolGetAttribute(pool, attribute, &value));
+      return static_cast<std::size_t>(value);
+    };
+    return {read(cudaMemPoolAttrReservedMemCurrent), read(cudaMemPoolAttrReservedMemHigh),
+            read(cudaMemPoolAttrUsedMemCurrent), read(cudaMemPoolAttrUsedMemHigh)};
+  }
+  [[nodiscard]] void* mempool_malloc_async(cudaMemPool_t pool, std::size_t bytes, cudaStream_t stream) override
+  {
+    if (bytes == 0) { return nullptr; }
+    return allocate_or_null([=](void** p) { return cudaMallocFromPoolAsync(p, bytes, pool, stream); },
+                            "cudaMallocFromPoolAsync");
+  }
+  void mempool_free_async(void* ptr, cudaStream_t stream) noexcept override
+  {
+    report_free_failure(cudaFreeAsync(ptr, stream), "cudaFreeAsync", ptr);
+  }
 
   [[nodiscard]] cudaStream_t stream_create(unsigned flags, int priority) override
   {

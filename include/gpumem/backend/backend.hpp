@@ -32,6 +32,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -62,6 +63,17 @@ struct memory_info {
   std::size_t free{};
   std::size_t total{};
 };
+
+/** @brief Byte counts of a stream-ordered memory pool (cudaMemPoolAttr{Reserved,Used}Mem{Current,High}). */
+struct mempool_usage {
+  std::size_t reserved_current{};  ///< bytes the pool holds from the device, in use or cached
+  std::size_t reserved_high{};     ///< high-water mark of reserved_current
+  std::size_t used_current{};      ///< bytes handed out and not yet freed
+  std::size_t used_high{};         ///< high-water mark of used_current
+};
+
+/** @brief How a stream-ordered pool's memory can be shared with other processes (cudaMemAllocationHandleType). */
+enum class mempool_handle_type { none, posix_file_descriptor, fabric };
 
 /** @brief How cudaStreamBeginCapture treats unsafe API calls during capture (CUDA's three modes). */
 enum class capture_mode { global, thread_local_, relaxed };
@@ -102,6 +114,27 @@ class GPUMEM_EXPORT backend {
   /// Page-locked host memory, accessible from the device; same nullptr-on-exhaustion contract.
   [[nodiscard]] virtual void* malloc_pinned(std::size_t bytes) = 0;
   virtual void free_pinned(void* ptr) noexcept = 0;
+
+  // ---- stream-ordered memory pools (cudaMallocAsync) ------------------------------------------------
+  // Reuse rules are CUDA's defaults: memory freed on a stream is reused at once by later allocations on
+  // that stream, and by other streams once the free has completed. Nothing here synchronises a stream.
+  /// A new pool on `device`. max_size 0 means no limit. @throws cuda_error (cudaErrorNotSupported when the
+  /// device has no memory pools).
+  [[nodiscard]] virtual cudaMemPool_t mempool_create(int device, mempool_handle_type handle_type,
+                                                     std::size_t max_size) = 0;
+  virtual void mempool_destroy(cudaMemPool_t pool) noexcept = 0;
+  /// The device's default pool (the one cudaMallocAsync uses). Owned by the backend: never destroy it.
+  [[nodiscard]] virtual cudaMemPool_t mempool_default(int device) = 0;
+  /// Bytes the pool may keep cached at a synchronisation point before releasing memory to the device.
+  virtual void mempool_set_release_threshold(cudaMemPool_t pool, std::uint64_t bytes) = 0;
+  [[nodiscard]] virtual std::uint64_t mempool_release_threshold(cudaMemPool_t pool) = 0;
+  /// Releases cached memory until at most `min_bytes_to_keep` stay reserved (only free, completed blocks).
+  virtual void mempool_trim(cudaMemPool_t pool, std::size_t min_bytes_to_keep) = 0;
+  [[nodiscard]] virtual mempool_usage mempool_get_usage(cudaMemPool_t pool) = 0;
+  /// Stream-ordered allocation from `pool`. @return nullptr when the memory is not available.
+  [[nodiscard]] virtual void* mempool_malloc_async(cudaMemPool_t pool, std::size_t bytes, cudaStream_t stream) = 0;
+  /// Stream-ordered free: the memory returns to its pool once `stream`'s earlier work has completed.
+  virtual void mempool_free_async(void* ptr, cudaStream_t stream) noexcept = 0;
 
   // ---- streams --------------------------------------------------------------------------------------
   [[nodiscard]] virtual cudaStream_t stream_create(unsigned flags, int priority) = 0;

@@ -9,9 +9,11 @@
 //   blocking stream waits for earlier work of the legacy default stream. Each thread has its own
 //   per-thread default stream per device (blocking), as CUDA's cudaStreamPerThread.
 // - Events: the completion marker of their latest record (with the time it completed).
+// - Stream-ordered memory pools: host_mempool (mempool.hpp), with CUDA's default reuse rules.
 // - Graphs: stream-ordered calls on a capturing stream are recorded as nodes; launching the graph
 //   re-submits them, in order, to the launch stream.
 #include "host_config.hpp"
+#include "mempool.hpp"
 #include "stream_queue.hpp"
 
 #include <gpumem/backend/backend.hpp>
@@ -75,7 +77,10 @@ std::size_t physical_memory() noexcept
 
 class host_backend final : public backend {
  public:
-  host_backend() : config_{host::read_host_config()}, used_(static_cast<std::size_t>(config_.device_count))
+  host_backend()
+    : config_{host::read_host_config()},
+      used_(static_cast<std::size_t>(config_.device_count)),
+      default_mempools_(static_cast<std::size_t>(config_.device_count), nullptr)
   {
     for (int device = 0; device < config_.device_count; ++device) {
       default_streams_.push_back(
@@ -123,12 +128,100 @@ class host_backend final : public backend {
   }
 
   // ---- memory ---------------------------------------------------------------------------------------
-  [[nodiscard]] void* malloc_device(std::size_t bytes) override { return allocate(bytes, memory_kind::device); }
-  void free_device(void* ptr) noexcept override { release(ptr, memory_kind::device, "free_device"); }
-  [[nodiscard]] void* malloc_managed(std::size_t bytes) override { return allocate(bytes, memory_kind::managed); }
-  void free_managed(void* ptr) noexcept override { release(ptr, memory_kind::managed, "free_managed"); }
-  [[nodiscard]] void* malloc_pinned(std::size_t bytes) override { return allocate(bytes, memory_kind::pinned); }
-  void free_pinned(void* ptr) noexcept override { release(ptr, memory_kind::pinned, "free_pinned"); }
+  [[nodiscard]] void* malloc_device(std::size_t bytes) override
+  {
+    return allocate(bytes, memory_kind::device, current_device_);
+  }
+  void free_device(void* ptr) noexcept override { release(ptr, memory_kind::device, "free_device", true); }
+  [[nodiscard]] void* malloc_managed(std::size_t bytes) override
+  {
+    return allocate(bytes, memory_kind::managed, current_device_);
+  }
+  void free_managed(void* ptr) noexcept override { release(ptr, memory_kind::managed, "free_managed", true); }
+  [[nodiscard]] void* malloc_pinned(std::size_t bytes) override
+  {
+    return allocate(bytes, memory_kind::pinned, current_device_);
+  }
+  void free_pinned(void* ptr) noexcept override { release(ptr, memory_kind::pinned, "free_pinned", true); }
+
+  // ---- stream-ordered memory pools ------------------------------------------------------------------
+  [[nodiscard]] cudaMemPool_t mempool_create(int device, mempool_handle_type /*handle_type*/,
+                                             std::size_t max_size) override
+  {
+    check_device(device);
+    auto pool = make_mempool(device, max_size);
+    auto* handle = reinterpret_cast<cudaMemPool_t>(pool.get());
+    std::lock_guard lock{registry_mutex_};
+    mempools_.emplace(handle, std::move(pool));
+    return handle;
+  }
+
+  void mempool_destroy(cudaMemPool_t pool) noexcept override
+  {
+    std::unique_ptr<host::host_mempool> doomed;
+    {
+      std::lock_guard lock{registry_mutex_};
+      auto const found = mempools_.find(pool);
+      if (found == mempools_.end() || is_default_mempool(pool)) {
+        std::fprintf(stderr, "gpumem host backend: mempool_destroy of an unknown or default pool %p ignored\n",
+                     static_cast<void*>(pool));
+        return;
+      }
+      doomed = std::move(found->second);
+      mempools_.erase(found);
+    }
+  }
+
+  [[nodiscard]] cudaMemPool_t mempool_default(int device) override
+  {
+    check_device(device);
+    std::lock_guard lock{registry_mutex_};
+    auto& slot = default_mempools_[static_cast<std::size_t>(device)];
+    if (slot == nullptr) {
+      auto pool = make_mempool(device, 0);
+      slot = reinterpret_cast<cudaMemPool_t>(pool.get());
+      mempools_.emplace(slot, std::move(pool));
+    }
+    return slot;
+  }
+
+  void mempool_set_release_threshold(cudaMemPool_t pool, std::uint64_t bytes) override
+  {
+    resolve(pool).set_release_threshold(bytes);
+  }
+  [[nodiscard]] std::uint64_t mempool_release_threshold(cudaMemPool_t pool) override
+  {
+    return resolve(pool).release_threshold();
+  }
+  void mempool_trim(cudaMemPool_t pool, std::size_t min_bytes_to_keep) override { resolve(pool).trim(min_bytes_to_keep); }
+  [[nodiscard]] mempool_usage mempool_get_usage(cudaMemPool_t pool) override { return resolve(pool).usage(); }
+
+  [[nodiscard]] void* mempool_malloc_async(cudaMemPool_t pool, std::size_t bytes, cudaStream_t stream) override
+  {
+    auto& target = resolve(pool);
+    auto const queue = resolve(stream);
+    if (queue->capturing()) {
+      fail(cudaErrorStreamCaptureUnsupported, "mempool_malloc_async during capture (not emulated)");
+    }
+    return target.allocate(bytes, queue.get());
+  }
+
+  void mempool_free_async(void* ptr, cudaStream_t stream) noexcept override
+  {
+    if (ptr == nullptr) { return; }
+    try {
+      auto const queue = resolve(stream);
+      auto marker = std::make_shared<completion>();
+      enqueue(*queue, [marker] { marker->signal(); });
+      std::lock_guard lock{registry_mutex_};
+      for (auto const& [handle, pool] : mempools_) {
+        if (pool->free(ptr, queue.get(), marker)) { return; }
+      }
+      std::fprintf(stderr, "gpumem host backend: mempool_free_async(%p): not a live pool allocation; ignored\n", ptr);
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "gpumem host backend: mempool_free_async(%p) failed: %s\n", ptr, e.what());
+    }
+  }
 
   // ---- streams --------------------------------------------------------------------------------------
   [[nodiscard]] cudaStream_t stream_create(unsigned flags, int priority) override
@@ -325,12 +418,11 @@ class host_backend final : public backend {
     }
   }
 
-  void* allocate(std::size_t bytes, memory_kind kind)
+  void* allocate(std::size_t bytes, memory_kind kind, int device)
   {
     if (bytes == 0) { return nullptr; }
     auto const rounded = checked_align_up(bytes, allocation_alignment);
     if (!rounded) { return nullptr; }
-    int const device = current_device_;
     std::atomic<std::size_t>* counter = nullptr;
     if (kind == memory_kind::pinned) {
       if (*rounded > physical_memory()) { return nullptr; }
@@ -351,7 +443,8 @@ class host_backend final : public backend {
     return ptr;
   }
 
-  void release(void* ptr, memory_kind kind, char const* call) noexcept
+  /// @param synchronize_device wait for the device's work first, as cudaFree does (pool trims do not).
+  void release(void* ptr, memory_kind kind, char const* call, bool synchronize_device) noexcept
   {
     if (ptr == nullptr) { return; }
     allocation found{};
@@ -368,10 +461,12 @@ class host_backend final : public backend {
     }
     // cudaFree and cudaFreeHost synchronise the device before freeing; so does the emulation, so that
     // work still queued on any stream never touches freed memory.
-    for (auto const& queue : queues_of_device(found.device)) {
-      try {
-        queue->synchronize();
-      } catch (...) {  // NOLINT(bugprone-empty-catch): a failed operation is reported by the stream's owner
+    if (synchronize_device) {
+      for (auto const& queue : queues_of_device(found.device)) {
+        try {
+          queue->synchronize();
+        } catch (...) {  // NOLINT(bugprone-empty-catch): a failed operation is reported by the stream's owner
+        }
       }
     }
     if (kind != memory_kind::pinned) {
@@ -417,6 +512,26 @@ class host_backend final : public backend {
     auto const found = streams_.find(stream);
     if (found == streams_.end()) { fail(cudaErrorInvalidResourceHandle, "unknown stream handle"); }
     return found->second;
+  }
+
+  host::host_mempool& resolve(cudaMemPool_t pool)
+  {
+    std::lock_guard lock{registry_mutex_};
+    auto const found = mempools_.find(pool);
+    if (found == mempools_.end()) { fail(cudaErrorInvalidValue, "unknown memory pool handle"); }
+    return *found->second;
+  }
+
+  std::unique_ptr<host::host_mempool> make_mempool(int device, std::size_t max_size)
+  {
+    return std::make_unique<host::host_mempool>(
+      device, max_size, [this, device](std::size_t bytes) { return allocate(bytes, memory_kind::device, device); },
+      [this](void* ptr) { release(ptr, memory_kind::device, "mempool release", false); });
+  }
+
+  bool is_default_mempool(cudaMemPool_t pool) const
+  {
+    return std::find(default_mempools_.begin(), default_mempools_.end(), pool) != default_mempools_.end();
   }
 
   host_event* resolve(cudaEvent_t event)
@@ -493,6 +608,8 @@ class host_backend final : public backend {
   std::unordered_map<cudaStream_t, std::shared_ptr<stream_queue>> streams_;  // guarded by registry_mutex_
   std::vector<std::shared_ptr<stream_queue>> per_thread_streams_;            // guarded by registry_mutex_
   std::unordered_map<cudaEvent_t, std::unique_ptr<host_event>> events_;      // guarded by registry_mutex_
+  std::unordered_map<cudaMemPool_t, std::unique_ptr<host::host_mempool>> mempools_;  // guarded by registry_mutex_
+  std::vector<cudaMemPool_t> default_mempools_;  // guarded by registry_mutex_: per device, created lazily
 
   static thread_local int current_device_;
 };

@@ -1,0 +1,54 @@
+/**
+ * @file cuda_async_memory_resource.hpp
+ * A device resource that owns a stream-ordered memory pool of its own (cudaMemPoolCreate +
+ * cudaMallocFromPoolAsync / cudaFreeAsync): the driver's sub-allocator, with CUDA's stream-ordered reuse.
+ */
+#pragma once
+
+#include <gpumem/export.hpp>
+#include <gpumem/mr/cuda_async_view_memory_resource.hpp>
+
+#include <cstddef>
+#include <optional>
+
+namespace gpumem::mr {
+
+/**
+ * @brief Owns a memory pool on the device that is current at construction.
+ * Thread-safety: all members may be called concurrently.
+ * Stream-ordering: as cuda_async_view_memory_resource: memory freed on stream S is reused at once on S and
+ * on other streams once the free has completed; no call synchronises a stream or the device.
+ * Under the host backend the pool is emulated with the same reuse rules.
+ */
+class GPUMEM_EXPORT cuda_async_memory_resource final : public cuda_async_view_memory_resource {
+ public:
+  /** @brief Whether the pool's memory can be exported to other processes. */
+  enum class allocation_handle_type { none, posix_file_descriptor, fabric };
+
+  /**
+   * @param initial_pool_size bytes to reserve at construction (allocated once and freed, so the pool keeps
+   *        them cached); default none.
+   * @param release_threshold bytes the pool keeps cached at synchronisation points; default: all of them
+   *        (UINT64_MAX), so freed memory is reused instead of returned to the device.
+   * @param export_handle_type sharing with other processes; default none.
+   * @param maximum_pool_size a cap on the pool's reserved bytes; default: no cap.
+   * @throws gpumem::cuda_error (cudaErrorNotSupported) naming the device when it has no memory pools.
+   * @throws gpumem::logic_error if initial_pool_size exceeds maximum_pool_size.
+   * @throws gpumem::out_of_memory if the initial size cannot be reserved.
+   */
+  explicit cuda_async_memory_resource(std::optional<std::size_t> initial_pool_size = std::nullopt,
+                                      std::optional<std::size_t> release_threshold = std::nullopt,
+                                      std::optional<allocation_handle_type> export_handle_type = std::nullopt,
+                                      std::optional<std::size_t> maximum_pool_size = std::nullopt);
+  ~cuda_async_memory_resource() override;
+  cuda_async_memory_resource(cuda_async_memory_resource const&) = delete;
+  cuda_async_memory_resource& operator=(cuda_async_memory_resource const&) = delete;
+
+  /** @brief Returns cached memory to the device until at most `keep_bytes` stay reserved. */
+  void trim(std::size_t keep_bytes = 0);
+
+ protected:
+  [[nodiscard]] char const* name() const noexcept override { return "cuda_async_memory_resource"; }
+};
+
+}  // namespace gpumem::mr

@@ -1,0 +1,70 @@
+// An emulated stream-ordered memory pool of the host backend (cudaMemPool_t / cudaMallocAsync semantics):
+// - a block freed on stream S is reused at once by later allocations on S (stream order makes that safe),
+//   and by other streams only once the free has completed (its completion marker), as CUDA's default
+//   reuse policy allows;
+// - memory goes back to the device (the backend's capacity) only when the pool holds more than its
+//   release threshold, or on trim, and only blocks whose free has completed: nothing here blocks.
+// Blocks are reused whole (best fit up to twice the request), so bookkeeping stays simple; the pool's
+// purpose is the contract, not the packing.
+#pragma once
+
+#include "completion.hpp"
+
+#include <gpumem/backend/backend.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+namespace gpumem::detail::host {
+
+class host_mempool {
+ public:
+  using raw_allocate = std::function<void*(std::size_t bytes)>;  ///< device memory; nullptr when exhausted
+  using raw_free = std::function<void(void* ptr)>;               ///< returns it without synchronising
+
+  host_mempool(int device, std::size_t max_size, raw_allocate allocate, raw_free free);
+  ~host_mempool();  ///< waits for pending frees, then returns every cached block
+  host_mempool(host_mempool const&) = delete;
+  host_mempool& operator=(host_mempool const&) = delete;
+
+  /// @param stream identifies the allocating stream (same-stream reuse). @return nullptr when exhausted.
+  [[nodiscard]] void* allocate(std::size_t bytes, void const* stream);
+  /// @return false if `ptr` is not a live block of this pool.
+  [[nodiscard]] bool free(void* ptr, void const* stream, completion_ptr done);
+  [[nodiscard]] bool owns(void* ptr);
+
+  void trim(std::size_t keep);
+  void set_release_threshold(std::uint64_t bytes);
+  [[nodiscard]] std::uint64_t release_threshold();
+  [[nodiscard]] mempool_usage usage();
+  [[nodiscard]] int device() const noexcept { return device_; }
+
+ private:
+  struct cached_block {
+    void* ptr;
+    std::size_t bytes;
+    void const* freed_on;  // the stream the block was freed on
+    completion_ptr done;   // signalled once that stream's work up to the free has run
+  };
+
+  void* take_cached(std::size_t bytes, void const* stream);  // requires mutex_
+  void release_completed(std::size_t keep);                  // requires mutex_
+
+  int const device_;
+  std::size_t const max_size_;  // 0: no limit
+  raw_allocate const allocate_;
+  raw_free const free_;
+
+  std::mutex mutex_;
+  std::multimap<std::size_t, cached_block> cached_;   // guarded by mutex_: free blocks by size
+  std::unordered_map<void*, std::size_t> live_;      // guarded by mutex_: handed-out block -> bytes
+  // guarded by mutex_: reserved == sum(cached_ bytes) + used; used == sum(live_ bytes)
+  mempool_usage usage_{};
+  std::uint64_t release_threshold_{0};
+};
+
+}  // namespace gpumem::detail::host
