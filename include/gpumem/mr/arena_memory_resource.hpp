@@ -1,0 +1,144 @@
+/**
+ * @file arena_memory_resource.hpp
+ * A sub-allocator of per-thread and per-stream arenas over a global arena of superblocks, for concurrency
+ * and low fragmentation (Kaiyu Shi et al.'s design, as RMM's arena_memory_resource implements it; this is
+ * gpumem's own implementation, documented here and in mr/detail/arena/).
+ *
+ * Structure:
+ * - The global arena: `arena_size` bytes taken from the upstream at construction, in one allocation, and
+ *   given back at destruction; nothing else is ever asked of the upstream, so the resource's footprint is
+ *   fixed and known. It hands out superblocks (4 MiB, detail/arena/arena_policy.hpp) to local arenas and
+ *   serves large requests (above a quarter superblock, 1 MiB) itself; what comes back is coalesced.
+ * - Local arenas: one per thread for the default streams (the legacy default stream and the per-thread
+ *   default stream), one per stream for every other stream (RMM's rule). A small request is served by
+ *   best fit from the superblocks of the caller's arena under that arena's own mutex: threads on the
+ *   default streams never share a lock on the fast path, which is what makes the resource scale with
+ *   threads where a pool with one mutex serialises them. Only when its arena has no room does a thread
+ *   take the global lock, to fetch one superblock.
+ * - Memory moves back to the global arena when an arena holds too much free: a superblock that a free
+ *   empties is returned while its arena would still keep one superblock of free space.
+ * - Out of memory: defragment (every arena gives its empty superblocks back, after their streams' work),
+ *   retry once, then throw gpumem::out_of_memory with the arena state.
+ *
+ * Stream-ordering (beyond device_memory_resource's contract):
+ * - A block freed into a per-stream arena is reused only on that stream, at once (stream order protects
+ *   it). A block freed into a per-thread arena is reused only by that thread on a default stream; the
+ *   legacy default stream and blocking per-thread default streams synchronise with each other.
+ * - A block freed on a stream other than the one whose arena owns it (another stream, or another thread's
+ *   default stream) goes back to its owner's arena only after the freeing stream's work has completed:
+ *   deallocate synchronises the freeing stream (host-blocking, as RMM does).
+ * - Before a superblock leaves a local arena for the global arena, the work of the arena's stream(s) up to
+ *   the latest free is waited for: a per-stream arena records an event on its stream at every free and
+ *   synchronises that event; a per-thread arena records its event on the freeing default stream or, from
+ *   another thread (defragment), on the legacy default stream, which orders after every blocking stream's
+ *   earlier work. Never a device-wide synchronisation.
+ * - A large block is freed to the global arena after deallocate synchronises its stream.
+ *
+ * Known limits: the resource serves the device that was current at construction; use it with that device
+ * current (as RMM's). Local arenas live as long as the resource (a thread that exits leaves its arena,
+ * whose empty superblocks go back on the next defragment; a new thread with the same std::thread::id takes
+ * it over). A stream arena is keyed by its handle: a stream destroyed and another created at the same
+ * handle share the arena, as in RMM.
+ */
+#pragma once
+
+#include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/export.hpp>
+#include <gpumem/mr/device_memory_resource.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace gpumem::mr {
+
+/**
+ * @brief Per-thread and per-stream arenas over a global arena of superblocks (see the file comment).
+ * Thread-safety: all members may be called concurrently. Small requests on the default streams contend
+ * only for the calling thread's arena; requests on one non-default stream share that stream's arena.
+ * Stream-ordering: see the file comment.
+ * Equality: an arena resource equals only itself.
+ */
+class GPUMEM_EXPORT arena_memory_resource final : public device_memory_resource {
+ public:
+  /**
+   * @brief Takes the whole arena from `upstream` now, in one allocation on the default stream, and serves
+   * every later request from it.
+   * @param upstream            where the arena comes from; must outlive this resource.
+   * @param arena_size          bytes (rounded down to 256); default: half the free memory of the current
+   *                            device, as the backend's mem_info reports it. Tests pass an explicit size
+   *                            (and must: half of a real GPU is far too much for a test).
+   * @param dump_log_on_failure when an allocation fails, also write the full arena state (every arena and
+   *                            its superblocks) to stderr before throwing.
+   * @throws gpumem::logic_error if `upstream` is null, or the arena is smaller than 1 MiB.
+   * @throws gpumem::out_of_memory if the upstream cannot provide the arena (the message names the arena
+   *         size and the upstream's own error).
+   * @post global_free_bytes() == arena_size(), arena_count() == 0.
+   */
+  explicit arena_memory_resource(device_memory_resource* upstream, std::optional<std::size_t> arena_size = std::nullopt,
+                                 bool dump_log_on_failure = false);
+  /** @brief Gives the arena back to the upstream (on the default stream). Every allocation must be freed. */
+  ~arena_memory_resource() override;
+  arena_memory_resource(arena_memory_resource const&) = delete;
+  arena_memory_resource(arena_memory_resource&&) = delete;
+  arena_memory_resource& operator=(arena_memory_resource const&) = delete;
+  arena_memory_resource& operator=(arena_memory_resource&&) = delete;
+
+  /** @return the upstream resource the arena came from. */
+  [[nodiscard]] device_memory_resource* upstream_resource() const noexcept;
+  /** @return bytes of the global arena (taken from the upstream at construction). */
+  [[nodiscard]] std::size_t arena_size() const noexcept;
+  /** @return bytes per superblock. */
+  [[nodiscard]] std::size_t superblock_size() const noexcept;
+  /** @return requests of more bytes than this (rounded up to 256) are served by the global arena. */
+  [[nodiscard]] std::size_t large_allocation_threshold() const noexcept;
+
+  // ---- state queries (each a consistent snapshot; for tests and diagnostics) --------------------------
+
+  /** @return free bytes in the global arena (free space inside local arenas is not counted). */
+  [[nodiscard]] std::size_t global_free_bytes() const noexcept;
+  /** @return the largest free range of the global arena. */
+  [[nodiscard]] std::size_t global_largest_free_range() const noexcept;
+  /** @return the number of free ranges of the global arena (1 when all memory is back and coalesced). */
+  [[nodiscard]] std::size_t global_free_range_count() const noexcept;
+  /** @return the number of local arenas (per-thread plus per-stream). */
+  [[nodiscard]] std::size_t arena_count() const noexcept;
+  /**
+   * @return deallocations that were ignored because they were invalid: an address this resource did not
+   * hand out, a block freed twice, or a size that does not match (each is also reported on stderr, as
+   * deallocate cannot throw).
+   */
+  [[nodiscard]] std::size_t invalid_deallocations() const noexcept;
+  /** @return a multi-line description of the global arena and every local arena. */
+  [[nodiscard]] std::string dump_state() const;
+
+  /**
+   * @brief Returns every local arena's empty superblocks to the global arena, each arena after its
+   * stream's work up to its latest free has completed (see the file comment), and coalesces them.
+   * Allocation runs this by itself before it reports out of memory.
+   * Stream-ordering: blocks the calling thread until that work has completed.
+   * @throws gpumem::cuda_error if waiting for a stream fails (arenas already done stay done).
+   */
+  void defragment();
+
+  /**
+   * @brief Checks every invariant of the global and local arenas (O(superblocks + free ranges)): the
+   * accounting equations, that no two ranges overlap, that each superblock belongs to exactly one arena.
+   * @throws gpumem::logic_error describing the first violation.
+   */
+  void check_invariants() const;
+
+ private:
+  void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
+  void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
+
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+#ifdef GPUMEM_HAS_CUDA_MR
+static_assert(cuda::mr::async_resource_with<arena_memory_resource, cuda::mr::device_accessible>);
+#endif
+
+}  // namespace gpumem::mr

@@ -1,0 +1,580 @@
+/**
+ * @file stream_ordered_memory_resource.hpp
+ * The stream-ordered machinery shared by pool_memory_resource and fixed_size_memory_resource: one free list
+ * and one timing-disabled event per stream, blocks handed between streams through event waits, growth from
+ * an upstream resource, and reclaiming before failing. Unlike the rest of mr/detail this is not a pure
+ * algorithm: it calls the backend (events and stream waits), never CUDA directly (DESIGN.md, the backend).
+ *
+ * How a request is served (allocate(bytes, stream)):
+ *   (a) best fit in `stream`'s own list: no synchronisation at all;
+ *   (b) a block that fits in another stream's list: `stream` waits (stream_wait_event, no host
+ *       synchronisation) on that stream's event, and takes the block; its remainder stays where it was;
+ *   (c) nothing fits anywhere: every other list is merged into `stream`'s (one event wait each), so that
+ *       blocks freed on different streams coalesce, and the best fit is tried again;
+ *   (d) grow: the derived resource's growth policy asks the upstream for a chunk (without holding the lock),
+ *       halving the request after an upstream failure, never below what the allocation needs;
+ *   (e) reclaim: wholly free chunks go back to the upstream (after every list was merged into `stream`'s,
+ *       so the upstream deallocation is ordered after all the work that used them), then (d) once more;
+ *   (f) only then gpumem::out_of_memory, naming the bytes cached, the largest free block and the number of
+ *       free blocks.
+ * The device is never synchronised (RMM's pool did, rapidsai/rmm#850).
+ *
+ * The event rule, and how it differs from RMM:
+ *   A stream's event is recorded on that stream after every deallocation, merge and growth that puts blocks
+ *   in its list, under the lock. So the event's latest record follows all the work that may still use any
+ *   block of the list, and another stream that waits on it may use them. RMM records at deallocation only:
+ *   after it merges stream A's list into stream B's, the blocks that stay in B's list are safe for B (it
+ *   waited on A) but not for a third stream C that later takes them by waiting on B's event, whose record
+ *   may predate B's wait on A. Recording after the merge closes that gap (see the pool's tests).
+ *   Recording at deallocation (rather than at the moment another stream takes the block) is what makes the
+ *   per-thread default stream work: cudaStreamPerThread names a different stream on every thread, so only
+ *   the thread that freed the block can record on its stream. Its cost is one event record per deallocate.
+ *
+ * The per-thread default stream: each thread's cudaStreamPerThread has its own list and event, keyed by a
+ * number that is never reused (std::thread::id values are), so a new thread never inherits a dead thread's
+ * blocks without an event wait. The legacy default stream (0 or cudaStreamLegacy) has one list.
+ *
+ * Destroyed streams (the rule, as RMM's): the list and event of a stream outlive the stream, and blocks on
+ * it remain safe for other streams (they wait on the event, which stays valid). But a new stream that
+ * happens to get the same handle inherits the list and uses its blocks without waiting. So before
+ * destroying a stream on which memory was deallocated, synchronise it (or otherwise make sure the work that
+ * used that memory has completed). release() forgets every stream without cached blocks and destroys its
+ * event; the destructor destroys all events.
+ *
+ * Device: the resource belongs to the device that is current when it is constructed; allocate, deallocate
+ * and release must be called with that device current (as with RMM's pools).
+ *
+ * CRTP or virtual? The free-list type is a template parameter, because each stream's list is stored by
+ * value and its operations sit on the allocation path. The growth policy is a handful of virtual functions:
+ * they run only when the resource grows or fails, next to an upstream allocation that costs microseconds,
+ * and a virtual interface says exactly what a derived resource must provide (the compiler checks the
+ * overrides). The one policy call on every allocation, block_size_for(), costs an indirect call (~1 ns).
+ *
+ * Invariants (check_invariants()), with n = free blocks over all lists:
+ *   pool_size_ == sum of chunks_
+ *   pool_size_ == bytes_in_use_ + sum over lists of blocks.total_bytes()
+ *   every free block lies inside one chunk; no two free blocks overlap, in one list or across lists;
+ *   a block starts a chunk iff it is a head (for lists that track heads)
+ */
+#pragma once
+
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/export.hpp>
+#include <gpumem/mr/detail/align.hpp>
+#include <gpumem/mr/detail/free_block.hpp>
+#include <gpumem/mr/device_memory_resource.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace gpumem::detail {
+
+/** @brief A number for the calling thread, unique over the process's lifetime (never reused). */
+[[nodiscard]] GPUMEM_EXPORT std::uint64_t this_thread_token() noexcept;
+
+/**
+ * @brief Base of the stream-ordered sub-allocators (see the file comment for the algorithm and the rules).
+ * @tparam FreeList coalescing_free_list or fixed_size_free_list (same operations: insert, insert_chunk,
+ *         get_block, merge_from, remove_whole_chunks, size, largest, total_bytes, for_each, check_invariants).
+ *
+ * Thread-safety: every public member may be called concurrently; one mutex guards all state, and it is
+ * not held while the upstream allocates or frees.
+ * Stream-ordering: as device_memory_resource.hpp says; memory freed on one stream reaches another only
+ * through an event wait (never a host synchronisation).
+ */
+template <class FreeList>
+class stream_ordered_memory_resource : public mr::device_memory_resource {
+ public:
+  /**
+   * @brief Returns every chunk to the upstream and destroys the events. The upstream deallocations are
+   * ordered, on the legacy default stream, after the work of every stream that freed blocks here.
+   * Allocations still outstanding are the caller's bug: their memory goes back to the upstream too.
+   */
+  ~stream_ordered_memory_resource() override
+  {
+    backend& be = get_backend();
+    cudaStream_t const carrier = nullptr;  // the legacy default stream carries the upstream deallocations
+    for (auto& [key, list] : lists_) {
+      if (key != default_key) { wait_no_throw(carrier, list.event); }
+    }
+    for (auto const& [address, size] : chunks_) {
+      upstream_->deallocate(to_pointer(address), size, cuda_stream_view{carrier});
+    }
+    for (auto& [key, list] : lists_) { be.event_destroy(list.event); }
+  }
+
+  stream_ordered_memory_resource(stream_ordered_memory_resource const&) = delete;
+  stream_ordered_memory_resource(stream_ordered_memory_resource&&) = delete;
+  stream_ordered_memory_resource& operator=(stream_ordered_memory_resource const&) = delete;
+  stream_ordered_memory_resource& operator=(stream_ordered_memory_resource&&) = delete;
+
+  /** @return the resource this one grows from. */
+  [[nodiscard]] mr::device_memory_resource* upstream_resource() const noexcept { return upstream_; }
+
+  /** @return bytes held from the upstream (the sum of the chunks). Thread-safety: a consistent snapshot. */
+  [[nodiscard]] std::size_t pool_size() const noexcept { return locked([this] { return pool_size_; }); }
+  /** @return bytes handed out and not yet deallocated (each allocation counted as its block's size). */
+  [[nodiscard]] std::size_t bytes_in_use() const noexcept { return locked([this] { return bytes_in_use_; }); }
+  /** @return bytes held but free: pool_size() - bytes_in_use(). */
+  [[nodiscard]] std::size_t bytes_cached() const noexcept
+  {
+    return locked([this] { return pool_size_ - bytes_in_use_; });
+  }
+  /** @return the size of the largest free block over all streams (0 when none). */
+  [[nodiscard]] std::size_t largest_free_block() const noexcept { return locked([this] { return largest_locked(); }); }
+  /** @return the number of free blocks over all streams. */
+  [[nodiscard]] std::size_t free_block_count() const noexcept
+  {
+    return locked([this] { return free_block_count_locked(); });
+  }
+  /** @return the number of chunks held from the upstream. */
+  [[nodiscard]] std::size_t chunk_count() const noexcept { return locked([this] { return chunks_.size(); }); }
+
+  /**
+   * @brief Returns every wholly free chunk to the upstream, and forgets the streams that have no cached
+   * blocks left (destroying their events).
+   * Stream-ordering: every list is merged into the legacy default stream's (which waits on each stream's
+   * event), and the upstream deallocations are made on the legacy default stream. No host synchronisation
+   * here (an upstream such as cuda_memory_resource may synchronise in its own deallocate).
+   * Thread-safety: may run concurrently with allocation; chunks that become free meanwhile stay cached.
+   * @throws gpumem::cuda_error if an event wait fails (nothing is released then).
+   */
+  void release()
+  {
+    std::unique_lock lock{mutex_};
+    stream_free_list& carrier = lists_.at(default_key);
+    merge_all_into_locked(carrier);
+    std::vector<free_block> const whole = take_whole_chunks_locked(carrier);
+    std::erase_if(lists_, [this](auto const& entry) {
+      if (entry.first == default_key || !entry.second.blocks.empty()) { return false; }
+      get_backend().event_destroy(entry.second.event);
+      return true;
+    });
+    lock.unlock();
+    for (free_block const& chunk : whole) {
+      upstream_->deallocate(to_pointer(chunk.address), chunk.size, cuda_stream_view{carrier.stream});
+    }
+  }
+
+  /**
+   * @brief Checks the invariants of the file comment and of every list. O(n log n).
+   * @throws gpumem::logic_error naming the first violation.
+   */
+  void check_invariants() const
+  {
+    std::lock_guard lock{mutex_};
+    auto violation = [this](std::string const& what) {
+      throw logic_error(std::string{name_} + "::check_invariants: " + what);
+    };
+    std::size_t chunk_sum = 0;
+    for (auto const& [address, size] : chunks_) { chunk_sum += size; }
+    if (chunk_sum != pool_size_) {
+      violation("the chunks hold " + std::to_string(chunk_sum) + " bytes but pool_size is " +
+                std::to_string(pool_size_));
+    }
+    std::vector<free_block> blocks;
+    std::size_t free_sum = 0;
+    for (auto const& [key, list] : lists_) {
+      list.blocks.check_invariants();
+      free_sum += list.blocks.total_bytes();
+      list.blocks.for_each([&blocks](free_block const& b) { blocks.push_back(b); });
+    }
+    if (bytes_in_use_ + free_sum != pool_size_) {
+      violation("bytes in use (" + std::to_string(bytes_in_use_) + ") + free bytes (" + std::to_string(free_sum) +
+                ") != pool size (" + std::to_string(pool_size_) + ")");
+    }
+    std::sort(blocks.begin(), blocks.end(),
+              [](free_block const& a, free_block const& b) { return a.address < b.address; });
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      free_block const& b = blocks[i];
+      auto where = [&b] {  // built only for a message
+        return "free block [" + format_pointer(to_pointer(b.address)) + ", +" + std::to_string(b.size) + ")";
+      };
+      if (i > 0 && blocks[i - 1].end() > b.address) { violation(where() + " overlaps another free block"); }
+      auto const after = chunks_.upper_bound(b.address);
+      if (after == chunks_.begin() || b.end() > std::prev(after)->first + std::prev(after)->second) {
+        violation(where() + " does not lie inside one chunk");
+      }
+      if constexpr (FreeList::tracks_heads) {
+        if (b.is_head != (std::prev(after)->first == b.address)) {
+          violation(where() + (b.is_head ? " is marked as a head but does not start a chunk"
+                                       : " starts a chunk but is not marked as a head"));
+        }
+      }
+    }
+  }
+
+ protected:
+  /**
+   * @param upstream  where chunks come from; must outlive this resource.
+   * @param prototype an empty free list, copied for every stream.
+   * @param name      the derived resource's name, for messages (a string literal).
+   * @throws gpumem::logic_error if upstream is null; gpumem::cuda_error if the first event cannot be made.
+   */
+  stream_ordered_memory_resource(mr::device_memory_resource* upstream, FreeList prototype, std::string_view name)
+    : upstream_{upstream}, prototype_{std::move(prototype)}, name_{name}
+  {
+    if (upstream_ == nullptr) {
+      throw logic_error("gpumem::mr::" + std::string{name_} + ": the upstream resource must not be null");
+    }
+    device_ = get_backend().current_device();
+    std::lock_guard lock{mutex_};
+    (void)list_for_locked(cuda_stream_default);  // the legacy default stream's list always exists
+  }
+
+  // ---- the policy of the derived resource ----------------------------------------------------------------
+
+  /** @return the size of the block that serves a request of `bytes` (> 0) bytes. */
+  [[nodiscard]] virtual std::size_t block_size_for(std::size_t bytes) const noexcept = 0;
+  /**
+   * @return the largest request the resource can ever serve; larger ones are out_of_memory at once (as in
+   *         RMM: the memory for them is truly never there, and callers such as a fallback adaptor can
+   *         treat every "cannot serve" alike).
+   */
+  [[nodiscard]] virtual std::size_t maximum_allocation_size() const noexcept = 0;
+  /**
+   * @return how many bytes to ask the upstream for when a block of `block_bytes` is needed and
+   *         `pool_bytes` are held (or being obtained); 0 when the policy forbids growing.
+   */
+  [[nodiscard]] virtual std::size_t growth_size(std::size_t block_bytes, std::size_t pool_bytes) const noexcept = 0;
+  /** @return the next, smaller size to ask for after the upstream refused `failed_bytes`; 0 to give up. */
+  [[nodiscard]] virtual std::size_t smaller_growth_size(std::size_t block_bytes,
+                                                        std::size_t failed_bytes) const noexcept = 0;
+  /** @return the policy in words, for out-of-memory messages (e.g. "maximum pool size 1.00 GiB"). */
+  [[nodiscard]] virtual std::string describe_policy() const = 0;
+
+  /**
+   * @brief Obtains one chunk of `bytes` from the upstream now, for the legacy default stream's list (the
+   * derived constructors' initial allocation).
+   * @throws whatever the upstream throws (gpumem::out_of_memory when it has not the memory).
+   */
+  void grow_now(std::size_t bytes)
+  {
+    void* const chunk = upstream_->allocate(bytes, cuda_stream_default);
+    std::lock_guard lock{mutex_};
+    add_chunk_locked(cuda_stream_default, chunk, bytes);
+  }
+
+ private:
+  /// The key of a stream's list: the legacy default stream is one key (0 and cudaStreamLegacy); the
+  /// per-thread default stream is one key per thread.
+  using stream_key = std::pair<std::uintptr_t, std::uint64_t>;
+  static constexpr stream_key default_key{0, 0};
+
+  struct stream_free_list {
+    cudaStream_t stream;  // as given (cudaStreamPerThread stays so: it names the owning thread's stream)
+    // Timing disabled. Invariant: its latest record on `stream` follows every deallocation, merge and
+    // growth that put a block into `blocks`: another stream that waits on it may use any of them.
+    cudaEvent_t event;
+    // Usable at once by work on `stream`; by another stream only after it waits on `event`.
+    FreeList blocks;
+  };
+
+  [[nodiscard]] static void* to_pointer(std::uintptr_t address) noexcept
+  {
+    return reinterpret_cast<void*>(address);  // NOLINT(performance-no-int-to-ptr)
+  }
+  [[nodiscard]] static std::uintptr_t to_address(void const* ptr) noexcept
+  {
+    return reinterpret_cast<std::uintptr_t>(ptr);
+  }
+
+  [[nodiscard]] static stream_key key_of(cuda_stream_view stream) noexcept
+  {
+    if (stream.is_default()) { return default_key; }
+    if (stream.is_per_thread_default()) { return {to_address(stream.value()), this_thread_token()}; }
+    return {to_address(stream.value()), 0};
+  }
+
+  template <class F>
+  auto locked(F f) const noexcept
+  {
+    std::lock_guard lock{mutex_};
+    return f();
+  }
+
+  // ---- allocation ---------------------------------------------------------------------------------------
+
+  void* do_allocate(std::size_t bytes, cuda_stream_view stream) final
+  {
+    std::size_t const size = block_size_for(bytes);
+    std::unique_lock lock{mutex_};
+    if (bytes > maximum_allocation_size()) {
+      fail_locked(bytes, "the request exceeds the largest allocation this resource can serve (" +
+                           format_bytes(maximum_allocation_size()) + ")");
+    }
+    if (auto const address = take_locked(stream, size)) { return to_pointer(*address); }
+    std::string upstream_failure;
+    if (auto const address = grow_and_take(lock, stream, size, upstream_failure)) { return to_pointer(*address); }
+    reclaim(lock, stream);
+    if (auto const address = take_locked(stream, size)) { return to_pointer(*address); }  // freed meanwhile
+    if (auto const address = grow_and_take(lock, stream, size, upstream_failure)) { return to_pointer(*address); }
+    fail_locked(bytes, upstream_failure);
+  }
+
+  /// Steps (a) to (c) of the file comment. @return the address of a block of `size` bytes, or nullopt.
+  std::optional<std::uintptr_t> take_locked(cuda_stream_view stream, std::size_t size)
+  {
+    stream_free_list& own = list_for_locked(stream);
+    if (auto const found = own.blocks.get_block(size)) { return split_locked(own, *found, size); }
+    for (auto& [key, other] : lists_) {
+      if (&other == &own || other.blocks.largest() < size) { continue; }
+      get_backend().stream_wait_event(stream, other.event);
+      auto const found = other.blocks.get_block(size);  // not null: largest() >= size
+      if (found) { return split_locked(other, *found, size); }  // the remainder stays under other's event
+    }
+    if (merge_all_into_locked(own)) {
+      if (auto const found = own.blocks.get_block(size)) { return split_locked(own, *found, size); }
+    }
+    return std::nullopt;
+  }
+
+  /// Hands out the first `size` bytes of `found` (taken from `list`); the rest goes back to `list`.
+  std::uintptr_t split_locked(stream_free_list& list, free_block found, std::size_t size)
+  {
+    if (found.size > size) {
+      try {
+        list.blocks.insert(free_block{found.address + size, found.size - size, false});
+      } catch (...) {  // std::bad_alloc from the host heap: give the block back whole
+        try {
+          list.blocks.insert(found);
+        } catch (...) {
+          bytes_in_use_ += found.size;  // lost until the resource is destroyed; the books stay balanced
+        }
+        throw;
+      }
+    }
+    bytes_in_use_ += size;
+    return found.address;
+  }
+
+  /// Merges every other non-empty list into `target`, which waits on each one's event, then records
+  /// `target`'s event (see the event rule). @return whether anything was merged.
+  bool merge_all_into_locked(stream_free_list& target)
+  {
+    bool merged = false;
+    try {
+      for (auto& [key, other] : lists_) {
+        if (&other == &target || other.blocks.empty()) { continue; }
+        get_backend().stream_wait_event(target.stream, other.event);
+        target.blocks.merge_from(std::move(other.blocks));
+        merged = true;
+      }
+    } catch (...) {
+      if (merged) { record_locked(target); }
+      throw;
+    }
+    if (merged) { record_locked(target); }
+    return merged;
+  }
+
+  /// Step (d). Called with the lock held; releases it around the upstream call.
+  std::optional<std::uintptr_t> grow_and_take(std::unique_lock<std::mutex>& lock, cuda_stream_view stream,
+                                              std::size_t size, std::string& upstream_failure)
+  {
+    std::size_t attempt = growth_size(size, pool_size_ + growing_bytes_);
+    if (attempt == 0) {
+      upstream_failure = "growing the pool would exceed its limit (" + describe_policy() + ")";
+    }
+    while (attempt != 0) {
+      growing_bytes_ += attempt;  // counted against the limit while the upstream works
+      lock.unlock();
+      void* chunk = nullptr;
+      try {
+        chunk = upstream_->allocate(attempt, stream);
+      } catch (std::bad_alloc const& e) {
+        upstream_failure = "the upstream could not allocate " + format_bytes(attempt) + ": " + e.what();
+      } catch (...) {
+        lock.lock();
+        growing_bytes_ -= attempt;
+        throw;
+      }
+      lock.lock();
+      growing_bytes_ -= attempt;
+      if (chunk != nullptr) {
+        try {
+          add_chunk_locked(stream, chunk, attempt);
+        } catch (...) {
+          lock.unlock();
+          upstream_->deallocate(chunk, attempt, stream);
+          lock.lock();
+          throw;
+        }
+        return take_locked(stream, size);  // finds a fitting block: the new chunk is in stream's list
+      }
+      attempt = smaller_growth_size(size, attempt);
+    }
+    return std::nullopt;
+  }
+
+  /// Registers a chunk and puts it in `stream`'s list.
+  void add_chunk_locked(cuda_stream_view stream, void* chunk, std::size_t bytes)
+  {
+    stream_free_list& list = list_for_locked(stream);
+    std::uintptr_t const address = to_address(chunk);
+    chunks_.emplace(address, bytes);
+    try {
+      list.blocks.insert_chunk(address, bytes);
+    } catch (...) {
+      chunks_.erase(address);
+      throw;
+    }
+    pool_size_ += bytes;
+    record_locked(list);  // memory from a stream-ordered upstream is usable by other streams only after this
+  }
+
+  /// Step (e): merges every list into `stream`'s and returns the wholly free chunks to the upstream on
+  /// `stream` (ordered after all the work that used them). Releases the lock around the upstream calls.
+  void reclaim(std::unique_lock<std::mutex>& lock, cuda_stream_view stream)
+  {
+    stream_free_list& own = list_for_locked(stream);
+    merge_all_into_locked(own);
+    std::vector<free_block> const whole = take_whole_chunks_locked(own);
+    if (whole.empty()) { return; }
+    lock.unlock();
+    for (free_block const& chunk : whole) { upstream_->deallocate(to_pointer(chunk.address), chunk.size, stream); }
+    lock.lock();
+  }
+
+  /// Removes the wholly free chunks of `list` from the list and from the books.
+  std::vector<free_block> take_whole_chunks_locked(stream_free_list& list)
+  {
+    std::vector<free_block> whole = list.blocks.remove_whole_chunks(chunks_);
+    for (free_block const& chunk : whole) {
+      chunks_.erase(chunk.address);
+      pool_size_ -= chunk.size;
+    }
+    return whole;
+  }
+
+  [[noreturn]] void fail_locked(std::size_t bytes, std::string const& cause)
+  {
+    std::string details = "pool state: " + format_bytes(pool_size_) + " held from the upstream in " +
+                          std::to_string(chunks_.size()) + " chunks, " + format_bytes(bytes_in_use_) +
+                          " in use, " + format_bytes(pool_size_ - bytes_in_use_) + " cached in " +
+                          std::to_string(free_block_count_locked()) + " free blocks, largest free block " +
+                          format_bytes(largest_locked()) + "; " + describe_policy();
+    if (!cause.empty()) { details += "; " + cause; }
+    throw_out_of_memory(name_, bytes, device_, details);
+  }
+
+  // ---- deallocation -------------------------------------------------------------------------------------
+
+  void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept final
+  {
+    std::size_t const size = block_size_for(bytes);
+    std::uintptr_t const address = to_address(ptr);
+    std::lock_guard lock{mutex_};
+    bool const is_head = chunks_.contains(address);
+    stream_free_list* list = nullptr;
+    try {
+      list = &list_for_locked(stream);
+    } catch (...) {
+      // A stream seen for the first time, and its event could not be made: wait for its work, after
+      // which the block is safe for any stream, and keep it on the legacy default stream's list.
+      synchronize_no_throw(stream);
+      lists_.at(default_key).blocks.insert(free_block{address, size, is_head});
+      bytes_in_use_ -= size;
+      return;
+    }
+    // A block that overlaps a free block (a double free) throws gpumem::logic_error here, which ends the
+    // program through noexcept: continuing would hand the same memory out twice.
+    list->blocks.insert(free_block{address, size, is_head});
+    bytes_in_use_ -= size;
+    record_locked(*list);
+  }
+
+  // ---- streams and events -------------------------------------------------------------------------------
+
+  /// The list of `stream`, made (with its event) on first use.
+  /// @throws gpumem::cuda_error if the event cannot be made; std::bad_alloc.
+  stream_free_list& list_for_locked(cuda_stream_view stream)
+  {
+    stream_key const key = key_of(stream);
+    auto const found = lists_.find(key);
+    if (found != lists_.end()) { return found->second; }
+    cudaStream_t const handle = stream.is_default() ? nullptr : stream.value();
+    cudaEvent_t const event = get_backend().event_create(cudaEventDisableTiming);
+    try {
+      return lists_.emplace(key, stream_free_list{handle, event, prototype_}).first->second;
+    } catch (...) {
+      get_backend().event_destroy(event);
+      throw;
+    }
+  }
+
+  /// Records `list`'s event on its stream. If the backend fails, waits for the stream instead, so that
+  /// the event rule still holds for every block of the list (an earlier record then covers them).
+  static void record_locked(stream_free_list& list) noexcept
+  {
+    try {
+      get_backend().event_record(list.event, list.stream);
+    } catch (...) {
+      synchronize_no_throw(list.stream);
+    }
+  }
+
+  static void synchronize_no_throw(cudaStream_t stream) noexcept
+  {
+    try {
+      get_backend().stream_synchronize(stream);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): the stream is gone; its work completes on its own
+    }
+  }
+
+  /// `stream` waits on `event`; if the backend cannot enqueue the wait, the host waits for the event.
+  static void wait_no_throw(cudaStream_t stream, cudaEvent_t event) noexcept
+  {
+    try {
+      get_backend().stream_wait_event(stream, event);
+    } catch (...) {
+      try {
+        get_backend().event_synchronize(event);
+      } catch (...) {  // NOLINT(bugprone-empty-catch): nothing more can be done in a destructor
+      }
+    }
+  }
+
+  [[nodiscard]] std::size_t largest_locked() const noexcept
+  {
+    std::size_t largest = 0;
+    for (auto const& [key, list] : lists_) { largest = std::max(largest, list.blocks.largest()); }
+    return largest;
+  }
+
+  [[nodiscard]] std::size_t free_block_count_locked() const noexcept
+  {
+    std::size_t count = 0;
+    for (auto const& [key, list] : lists_) { count += list.blocks.size(); }
+    return count;
+  }
+
+  mr::device_memory_resource* const upstream_;
+  FreeList const prototype_;  // an empty list, copied for each new stream
+  std::string_view const name_;
+  int device_{};  // the device current at construction
+
+  mutable std::mutex mutex_;
+  std::map<stream_key, stream_free_list> lists_;  // GUARDED_BY(mutex_); default_key always present
+  chunk_map chunks_;                               // GUARDED_BY(mutex_): upstream chunks, address -> size
+  std::size_t pool_size_{};                        // GUARDED_BY(mutex_): == sum of chunks_
+  std::size_t bytes_in_use_{};                     // GUARDED_BY(mutex_): pool_size_ - sum of free lists
+  std::size_t growing_bytes_{};                    // GUARDED_BY(mutex_): asked of the upstream right now
+};
+
+}  // namespace gpumem::detail

@@ -1,0 +1,120 @@
+// Test helpers shared by the stream-ordered sub-allocators' tests (pool, fixed_size): a random
+// allocate/deallocate driver over a simulated upstream that checks, as it goes, that live blocks never
+// overlap, lie inside the upstream's live allocations and are 256-byte aligned, that the resource's books
+// balance, and its invariants (every `check_every` steps).
+#pragma once
+
+#include "conformance/resource_battery.hpp"
+
+#include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/mr/detail/align.hpp>
+#include <gpumem/mr/simulated_memory_resource.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <random>
+#include <vector>
+
+namespace gpumem::test {
+
+/** @brief What run_random_sequence does. */
+struct random_sequence_options {
+  std::uint64_t seed{1};
+  int operations{10'000};
+  int check_every{1};                     // check_invariants() every this many steps
+  double max_log2_size{20.0};             // request sizes are log-uniform in [1, 2^max_log2_size]
+  std::size_t max_live{200};              // allocate only while fewer blocks are live
+  std::vector<cuda_stream_view> streams;  // allocate and deallocate on streams drawn from these
+  bool failures_expected{false};          // out_of_memory is an accepted outcome (failure injection)
+  std::function<std::size_t(std::size_t)> block_bytes;  // the bytes a request of n bytes occupies
+};
+
+/** @brief What a run saw. */
+struct random_sequence_result {
+  std::size_t allocations{};
+  std::size_t failures{};
+};
+
+/// One live block of the driver: address -> {requested bytes, occupied bytes}.
+struct live_block {
+  std::size_t bytes;
+  std::size_t occupied;
+};
+
+/// Frees every block in `live` (on its own stream list entry's first stream) and empties it.
+template <class Resource>
+void free_all(Resource& r, std::map<std::uintptr_t, live_block>& live, cuda_stream_view stream)
+{
+  for (auto const& [address, b] : live) { r.deallocate(reinterpret_cast<void*>(address), b.bytes, stream); }  // NOLINT
+  live.clear();
+}
+
+/**
+ * @brief Runs a random sequence against `r` (whose upstream is `upstream`) and leaves the live blocks in
+ * `live` for the caller to check and free. Fatal failures return at once (check HasFatalFailure()).
+ */
+template <class Resource>
+void run_random_sequence(Resource& r, mr::simulated_memory_resource& upstream, random_sequence_options const& options,
+                         std::map<std::uintptr_t, live_block>& live, random_sequence_result& result)
+{
+  std::mt19937_64 rng{options.seed};
+  std::size_t occupied_total = 0;
+  for (auto const& [address, b] : live) { occupied_total += b.occupied; }
+  auto pick_stream = [&] { return options.streams[rng() % options.streams.size()]; };
+  for (int step = 0; step < options.operations; ++step) {
+    bool const allocate = live.empty() || (live.size() < options.max_live && rng() % 100 < 55);
+    if (allocate) {
+      std::size_t const bytes = log_uniform_size(rng, options.max_log2_size);
+      void* p = nullptr;
+      try {
+        p = r.allocate(bytes, pick_stream());
+      } catch (out_of_memory const& e) {
+        if (!options.failures_expected) {
+          FAIL() << "seed " << options.seed << ", step " << step << ": " << e.what();
+        }
+        ++result.failures;
+      }
+      if (p != nullptr) {
+        ++result.allocations;
+        auto const address = reinterpret_cast<std::uintptr_t>(p);
+        std::size_t const occupied = options.block_bytes(bytes);
+        EXPECT_TRUE(detail::is_aligned(p, detail::allocation_alignment)) << format_pointer(p);
+        EXPECT_TRUE(upstream.owns(p) && upstream.owns(reinterpret_cast<void*>(address + occupied - 1)))  // NOLINT
+          << "seed " << options.seed << ", step " << step << ": block " << format_pointer(p) << " (+" << occupied
+          << ") is not inside memory the resource holds from its upstream";
+        auto const next = live.lower_bound(address);
+        if (next != live.end()) {
+          ASSERT_LE(address + occupied, next->first) << "seed " << options.seed << ", step " << step
+                                                     << ": a new block overlaps a live one";
+        }
+        if (next != live.begin()) {
+          auto const prev = std::prev(next);
+          ASSERT_LE(prev->first + prev->second.occupied, address)
+            << "seed " << options.seed << ", step " << step << ": a new block overlaps a live one";
+        }
+        live.emplace(address, live_block{bytes, occupied});
+        occupied_total += occupied;
+      }
+    } else {
+      auto it = live.begin();
+      std::advance(it, static_cast<std::ptrdiff_t>(rng() % live.size()));
+      r.deallocate(reinterpret_cast<void*>(it->first), it->second.bytes, pick_stream());  // NOLINT
+      occupied_total -= it->second.occupied;
+      live.erase(it);
+    }
+    if (step % options.check_every == 0 || step + 1 == options.operations) {
+      ASSERT_NO_THROW(r.check_invariants()) << "seed " << options.seed << ", step " << step;
+      ASSERT_EQ(r.bytes_in_use(), occupied_total) << "seed " << options.seed << ", step " << step;
+      ASSERT_EQ(r.pool_size(), upstream.bytes_in_use())
+        << "seed " << options.seed << ", step " << step << ": the resource's chunks and its upstream disagree";
+    }
+  }
+}
+
+}  // namespace gpumem::test
