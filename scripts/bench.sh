@@ -75,7 +75,9 @@ timeout 300 "$bin" --smoke --resource="${GPUMEM_BENCH_RESOURCES:-$("$bin" --list
 echo "passed"
 
 step "benchmarks: ${run_flags[*]} ${extra[*]}"
-command_line="bash scripts/bench.sh$( ((quick)) && echo ' --quick')${extra:+ -- ${extra[*]}}"
+command_line="bash scripts/bench.sh"
+((quick)) && command_line+=" --quick"
+((${#extra[@]})) && command_line+=" -- ${extra[*]}"
 status=0
 timeout 3600 "$bin" "${run_flags[@]}" --benchmark_out="$out/alloc.json" --benchmark_out_format=json \
   "${extra[@]}" 2>&1 | tee "$out/alloc.log" || status=$?

@@ -18,7 +18,8 @@
 // builds its resource once (and its streams); before the first timed iteration it runs its pattern once
 // untimed on that fresh resource: this warms pools and caches (the figures are steady state, cudaMallocAsync's
 // pool included) and verifies every allocation (non-null, 256-byte aligned, never overlapping another live
-// block) and measures peak live bytes. Any exception or failed check fails the benchmark and the exit status.
+// block) and measures peak live bytes. Any exception or failed check fails the benchmark and the exit status;
+// a benchmark call that outlives --timeout ends the process (bench_support.hpp).
 // Counters: ns_per_pair / ns_per_op, pairs_per_s / ops_per_s, ops and bytes_allocated per pass, peak live
 // bytes; for sub-allocators, peak_upstream_bytes (bytes taken from the cuda_memory_resource below, through
 // counting_resource) and fragmentation = peak_upstream_bytes / peak_live_bytes.
@@ -359,8 +360,14 @@ void bm_fixed(benchmark::State& state, std::string const& id, std::string const&
       // Two blocks at once: both valid and disjoint; then the pattern once, untimed.
       overlap_checker checker;
       void* const a = resource.allocate(bytes, stream);
+      void* b = nullptr;
+      try {
+        b = resource.allocate(bytes, stream);
+      } catch (...) {
+        resource.deallocate(a, bytes, stream);
+        throw;
+      }
       std::string error = checker.add(a, bytes);
-      void* const b = error.empty() ? resource.allocate(bytes, stream) : nullptr;
       if (error.empty()) { error = checker.add(b, bytes); }
       resource.deallocate(b, bytes, stream);
       resource.deallocate(a, bytes, stream);

@@ -1,5 +1,5 @@
 // fixed_size_memory_resource (fixed_size_memory_resource.hpp): the fixed-size policy (one block size,
-// batches) over the stream-ordered machinery of detail/stream_ordered_memory_resource.hpp.
+// batches) over the stream-ordered machinery of stream_ordered_memory_resource.hpp.
 #include <gpumem/error.hpp>
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/fixed_size_memory_resource.hpp>

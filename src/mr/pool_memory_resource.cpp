@@ -1,5 +1,5 @@
 // pool_memory_resource (pool_memory_resource.hpp): the pool's policy (block sizes, growth, limits) over the
-// stream-ordered machinery of detail/stream_ordered_memory_resource.hpp.
+// stream-ordered machinery of stream_ordered_memory_resource.hpp.
 #include <gpumem/error.hpp>
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/pool_memory_resource.hpp>

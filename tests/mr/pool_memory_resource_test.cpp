@@ -262,7 +262,7 @@ TEST(pool_memory_resource, destructor_returns_every_chunk_even_with_outstanding_
 
 // ---- random sequences at 80 GiB scale -----------------------------------------------------------------------
 
-// 4 seeds x 40,000 operations on one stream. The books (bytes in use, pool size against the upstream's)
+// 4 seeds x 30,000 operations on one stream. The books (bytes in use, pool size against the upstream's)
 // are checked after every step; check_invariants(), an O(n log n) walk of a few hundred free blocks that
 // costs ~40 us in a Debug build, after every 4th step: that keeps the file within its time budget while a
 // broken step is still caught within 4 operations of where it happened. Then the pool must coalesce back
@@ -275,7 +275,7 @@ TEST(pool_memory_resource, random_sequences_on_80_gib_keep_the_invariants_and_co
     std::map<std::uintptr_t, live_block> live;
     random_sequence_options options;
     options.seed = seed;
-    options.operations = 40'000;
+    options.operations = 30'000;
     options.check_every = 4;
     options.max_log2_size = 30.0;  // 1 B .. 1 GiB
     options.streams = {cuda_stream_default};
@@ -308,7 +308,7 @@ TEST(pool_memory_resource, random_sequences_across_streams_keep_the_invariants)
     std::map<std::uintptr_t, live_block> live;
     random_sequence_options options;
     options.seed = seed;
-    options.operations = 20'000;
+    options.operations = 15'000;
     options.check_every = 10;
     options.max_log2_size = 30.0;
     options.streams = {s1.get(), s2.get(), s3.get(), cuda_stream_default, cuda_stream_per_thread};

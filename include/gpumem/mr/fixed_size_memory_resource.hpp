@@ -13,7 +13,7 @@
 
 #include <gpumem/export.hpp>
 #include <gpumem/mr/detail/fixed_size_free_list.hpp>
-#include <gpumem/mr/detail/stream_ordered_memory_resource.hpp>
+#include <gpumem/mr/stream_ordered_memory_resource.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 
 #include <cstddef>
@@ -33,7 +33,7 @@ namespace gpumem::mr {
  *
  * Thread-safety: all members may be called concurrently (one mutex; not held during upstream calls).
  * Stream-ordering: as device_memory_resource.hpp says, through the same per-stream free lists and events as
- * pool_memory_resource (detail/stream_ordered_memory_resource.hpp, which also states the rule for
+ * pool_memory_resource (stream_ordered_memory_resource.hpp, which also states the rule for
  * destroyed streams). Use the resource with the device that was current at its construction.
  *
  * Destruction returns every batch to the upstream (outstanding allocations are the caller's bug).

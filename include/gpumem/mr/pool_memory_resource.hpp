@@ -2,7 +2,7 @@
  * @file pool_memory_resource.hpp
  * A coalescing, best-fit, stream-ordered pool over an upstream resource: RMM's pool_memory_resource,
  * with an O(log n) best fit (RMM scans a list), no device synchronisation, and free chunks that go back to
- * the upstream before the pool gives up (detail/stream_ordered_memory_resource.hpp has the algorithm).
+ * the upstream before the pool gives up (stream_ordered_memory_resource.hpp has the algorithm).
  *
  * Cost of the fast path (a fitting block in the stream's own list): one lock, one std::map lookup for the
  * stream, one std::set::lower_bound for the best fit and one insertion for the remainder, O(log n).
@@ -13,7 +13,7 @@
 
 #include <gpumem/export.hpp>
 #include <gpumem/mr/detail/coalescing_free_list.hpp>
-#include <gpumem/mr/detail/stream_ordered_memory_resource.hpp>
+#include <gpumem/mr/stream_ordered_memory_resource.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 
 #include <cstddef>
@@ -34,7 +34,7 @@ namespace gpumem::mr {
  * Thread-safety: all members may be called concurrently (one mutex; not held during upstream calls).
  * Stream-ordering: as device_memory_resource.hpp says; blocks freed on one stream reach another stream
  * through an event wait, never a host synchronisation. Streams that are destroyed while blocks freed on
- * them are cached: see detail/stream_ordered_memory_resource.hpp (synchronise a stream before destroying
+ * them are cached: see stream_ordered_memory_resource.hpp (synchronise a stream before destroying
  * it). Use the pool with the device that was current at its construction.
  *
  * Destruction returns every chunk to the upstream. Allocations still outstanding then are the caller's

@@ -68,6 +68,7 @@ void coalescing_free_list::insert_with(free_block block, address_index::node_typ
     std::size_t const merged = block.size + next->second.size;
     auto moved_size = by_size_.extract({next->second.size, next->first});
     auto moved_address = by_address_.extract(next);
+    if (moved_size.empty() || moved_address.empty()) { return; }  // cannot happen; says so to the compiler
     moved_address.key() = block.address;
     moved_address.mapped() = extent{merged, block.is_head};
     moved_size.value() = {merged, block.address};
@@ -101,6 +102,7 @@ void coalescing_free_list::insert_with(free_block block, address_index::node_typ
 void coalescing_free_list::resize(address_index::iterator where, std::size_t new_size) noexcept
 {
   auto node = by_size_.extract({where->second.size, where->first});
+  if (node.empty()) { return; }  // cannot happen (the indexes agree); says so to the compiler
   node.value().first = new_size;
   by_size_.insert(std::move(node));
   where->second.size = new_size;
@@ -146,6 +148,7 @@ void coalescing_free_list::merge_from(coalescing_free_list&& other)
       insert_with(block, address_node, size_node);
     } catch (...) {
       // Put the block back where it came from (from its own nodes: no allocation), then report.
+      if (address_node.empty() || size_node.empty()) { throw; }  // cannot happen: rejected blocks keep them
       address_node.key() = block.address;
       address_node.mapped() = extent{block.size, block.is_head};
       size_node.value() = {block.size, block.address};

@@ -2,8 +2,9 @@
  * @file stream_ordered_memory_resource.hpp
  * The stream-ordered machinery shared by pool_memory_resource and fixed_size_memory_resource: one free list
  * and one timing-disabled event per stream, blocks handed between streams through event waits, growth from
- * an upstream resource, and reclaiming before failing. Unlike the rest of mr/detail this is not a pure
- * algorithm: it calls the backend (events and stream waits), never CUDA directly (DESIGN.md, the backend).
+ * an upstream resource, and reclaiming before failing. It lives in mr/, not mr/detail, because it is not a
+ * pure algorithm: it calls the backend (events and stream waits), never CUDA directly (DESIGN.md). The
+ * algorithms it builds on (the free lists) are in mr/detail.
  *
  * How a request is served (allocate(bytes, stream)):
  *   (a) best fit in `stream`'s own list: no synchronisation at all;

@@ -1,7 +1,7 @@
 // The non-template part of stream_ordered_memory_resource (stream_ordered_memory_resource.hpp): the
 // per-thread token that keys each thread's per-thread default stream. Defined once here so that every
 // instantiation of the template shares one counter.
-#include <gpumem/mr/detail/stream_ordered_memory_resource.hpp>
+#include <gpumem/mr/stream_ordered_memory_resource.hpp>
 
 #include <atomic>
 #include <cstdint>
