@@ -493,6 +493,54 @@ TEST(pool_memory_resource, per_thread_default_streams_of_two_threads_are_two_str
 // 16 threads, each on its own stream (some on the per-thread default stream), mixed sizes; every block is
 // written on its allocating stream, then handed to a random other thread, which checks it and frees it on
 // its own stream. The pattern check finds any block handed out twice.
+/// A simulated upstream whose allocations take a while, so that concurrent misses overlap.
+class slow_upstream final : public mr::device_memory_resource {
+ public:
+  mr::simulated_memory_resource inner;
+
+ private:
+  void* do_allocate(std::size_t bytes, cuda_stream_view stream) override
+  {
+    std::this_thread::sleep_for(std::chrono::milliseconds{30});
+    return inner.allocate(bytes, stream);
+  }
+  void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override
+  {
+    inner.deallocate(ptr, bytes, stream);
+  }
+};
+
+TEST(pool_memory_resource, concurrent_misses_wait_for_one_growth_instead_of_each_growing)
+{
+  // Eight threads on eight streams miss at once in an empty pool. Had each grown by the pool's size (as
+  // it stood plus what was being grown), the pool would hold 1+1+2+4+...+64 = 128 MiB for 8 MiB live.
+  slow_upstream upstream;
+  constexpr int threads = 8;
+  std::vector<cudaStream_t> streams;
+  for (int i = 0; i < threads; ++i) { streams.push_back(detail::get_backend().stream_create(cudaStreamNonBlocking, 0)); }
+  {
+    mr::pool_memory_resource pool{&upstream};
+    std::vector<void*> blocks(threads);
+    std::atomic<int> ready{0};
+    std::vector<std::thread> workers;
+    for (int i = 0; i < threads; ++i) {
+      workers.emplace_back([&, i] {
+        ++ready;
+        while (ready.load() < threads) { std::this_thread::yield(); }
+        blocks[static_cast<std::size_t>(i)] = pool.allocate(MiB, cuda_stream_view{streams[static_cast<std::size_t>(i)]});
+      });
+    }
+    for (auto& w : workers) { w.join(); }
+    EXPECT_LE(pool.pool_size(), 16 * MiB) << "concurrent growths multiplied the pool";
+    pool.check_invariants();
+    for (int i = 0; i < threads; ++i) {
+      pool.deallocate(blocks[static_cast<std::size_t>(i)], MiB, cuda_stream_view{streams[static_cast<std::size_t>(i)]});
+    }
+  }
+  EXPECT_EQ(upstream.inner.bytes_in_use(), 0U);
+  for (auto s : streams) { detail::get_backend().stream_destroy(s); }
+}
+
 TEST(pool_memory_resource, sixteen_threads_with_cross_thread_frees)
 {
   constexpr int thread_count = 16;

@@ -12,7 +12,8 @@
  *       synchronisation) on that stream's event, and takes the block; its remainder stays where it was;
  *   (c) nothing fits anywhere: every other list is merged into `stream`'s (one event wait each), so that
  *       blocks freed on different streams coalesce, and the best fit is tried again;
- *   (d) grow: the derived resource's growth policy asks the upstream for a chunk (without holding the lock),
+ *   (d) grow: if another thread is growing, wait for its chunk and look again; else the derived
+ *       resource's growth policy asks the upstream for a chunk (without holding the lock),
  *       halving the request after an upstream failure, never below what the allocation needs;
  *   (e) reclaim: wholly free chunks go back to the upstream (after every list was merged into `stream`'s,
  *       so the upstream deallocation is ordered after all the work that used them), then (d) once more;
@@ -75,6 +76,7 @@
 #include <exception>
 #include <iterator>
 #include <map>
+#include <condition_variable>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -320,6 +322,13 @@ class stream_ordered_memory_resource : public mr::device_memory_resource {
                            format_bytes(maximum_allocation_size()) + ")");
     }
     if (auto const address = take_locked(stream, size)) { return to_pointer(*address); }
+    // Another thread is growing the pool: wait for its chunk and look again instead of growing too.
+    // Concurrent misses that each grew by the pool's size made the pool hold 39x the live bytes with 16
+    // threads on 16 streams (random_mt/16 on an H200, docs/PERFORMANCE.md).
+    while (growing_bytes_ > 0) {
+      growth_done_.wait(lock);
+      if (auto const address = take_locked(stream, size)) { return to_pointer(*address); }
+    }
     std::string upstream_failure;
     if (auto const address = grow_and_take(lock, stream, size, upstream_failure)) { return to_pointer(*address); }
     reclaim(lock, stream);
@@ -403,10 +412,12 @@ class stream_ordered_memory_resource : public mr::device_memory_resource {
       } catch (...) {
         lock.lock();
         growing_bytes_ -= attempt;
+        growth_done_.notify_all();
         throw;
       }
       lock.lock();
       growing_bytes_ -= attempt;
+      growth_done_.notify_all();  // waiters look again (and grow themselves if this attempt failed)
       if (chunk != nullptr) {
         try {
           add_chunk_locked(stream, chunk, attempt);
@@ -576,6 +587,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource {
   std::size_t pool_size_{};                        // GUARDED_BY(mutex_): == sum of chunks_
   std::size_t bytes_in_use_{};                     // GUARDED_BY(mutex_): pool_size_ - sum of free lists
   std::size_t growing_bytes_{};                    // GUARDED_BY(mutex_): asked of the upstream right now
+  std::condition_variable growth_done_;            // notified (under mutex_) when a growth attempt ends
 };
 
 }  // namespace gpumem::detail
