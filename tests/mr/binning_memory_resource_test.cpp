@@ -5,6 +5,7 @@
 #include "conformance/resource_battery.hpp"
 #include "support/counting_resource.hpp"
 #include "support/memory_checks.hpp"
+#include "support/sub_allocator_checks.hpp"
 
 #include <gpumem/error.hpp>
 #include <gpumem/mr/binning_memory_resource.hpp>
@@ -218,71 +219,9 @@ TEST(binning_memory_resource, random_sequences_route_consistently_and_return_eve
 // by a random other thread on its own stream (a quarter of the threads on the per-thread default stream).
 TEST(binning_memory_resource, sixteen_threads_with_cross_thread_frees)
 {
-  constexpr int thread_count = 16;
-  constexpr int iterations = 120;
   mr::binning_memory_resource r{&cuda_upstream(), 8, 16};
-  struct handed_block {
-    void* ptr;
-    std::size_t bytes;
-    std::uint32_t seed;
-  };
-  std::mutex mailbox_mutex;
-  std::vector<std::vector<handed_block>> mailboxes(thread_count);
-  std::atomic<int> failures{0};
-  std::atomic<int> done{0};
-  auto worker = [&](int t) {
-    std::unique_ptr<backend_stream> own;
-    cuda_stream_view stream = cuda_stream_per_thread;
-    if (t % 4 != 0) {
-      own = std::make_unique<backend_stream>();
-      stream = own->get();
-    }
-    std::mt19937_64 rng{static_cast<std::uint64_t>(t) + 300};
-    auto drain = [&] {
-      std::vector<handed_block> mine;
-      {
-        std::lock_guard lock{mailbox_mutex};
-        mine.swap(mailboxes[static_cast<std::size_t>(t)]);
-      }
-      for (handed_block const& b : mine) {
-        if (b.seed % 4 == 0) {
-          auto const ok = has_pattern(b.ptr, b.bytes, b.seed, stream);
-          if (!ok) {
-            failures.fetch_add(1);
-            ADD_FAILURE() << ok.message();
-          }
-        }
-        r.deallocate(b.ptr, b.bytes, stream);
-      }
-    };
-    for (int i = 0; i < iterations; ++i) {
-      std::size_t const bytes = log_uniform_size(rng, 18.0);  // up to 256 KiB: bins and fallback
-      void* p = r.allocate(bytes, stream);
-      auto const seed = static_cast<std::uint32_t>(t * 10'000 + i);
-      if (seed % 4 == 0) { write_pattern(p, bytes, seed, stream); }
-      if (rng() % 2 == 0) {
-        r.deallocate(p, bytes, stream);
-      } else {
-        auto const target = static_cast<std::size_t>(rng() % thread_count);
-        std::lock_guard lock{mailbox_mutex};
-        mailboxes[target].push_back({p, bytes, seed});
-      }
-      if (i % 8 == 0) { drain(); }
-    }
-    done.fetch_add(1);
-    while (done.load() < thread_count) {
-      drain();
-      std::this_thread::sleep_for(std::chrono::microseconds{200});
-    }
-    drain();
-  };
-  std::vector<std::thread> threads;
-  for (int t = 0; t < thread_count; ++t) { threads.emplace_back(worker, t); }
-  for (auto& thread : threads) { thread.join(); }
-  for (auto const& mailbox : mailboxes) {
-    for (handed_block const& b : mailbox) { r.deallocate(b.ptr, b.bytes, cuda_stream_default); }
-  }
-  EXPECT_EQ(failures.load(), 0);
+  // Sizes up to 256 KiB: the bins (256 B .. 64 KiB) and the fallback.
+  EXPECT_EQ(run_cross_thread_stress(r, 16, 120, 300, [](std::mt19937_64& rng) { return log_uniform_size(rng, 18.0); }), 0);
   for (std::size_t const size : r.bin_sizes()) {
     auto const* bin = dynamic_cast<mr::fixed_size_memory_resource const*>(r.resource_for(size));
     ASSERT_NE(bin, nullptr);

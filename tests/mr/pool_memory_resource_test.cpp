@@ -543,73 +543,8 @@ TEST(pool_memory_resource, concurrent_misses_wait_for_one_growth_instead_of_each
 
 TEST(pool_memory_resource, sixteen_threads_with_cross_thread_frees)
 {
-  constexpr int thread_count = 16;
-  constexpr int iterations = 150;
   mr::pool_memory_resource pool{&cuda_upstream(), 16 * MiB};
-  struct handed_block {
-    void* ptr;
-    std::size_t bytes;
-    std::uint32_t seed;
-  };
-  std::mutex mailbox_mutex;
-  std::vector<std::vector<handed_block>> mailboxes(thread_count);
-  std::atomic<int> failures{0};
-  std::atomic<int> done{0};
-  auto worker = [&](int t) {
-    std::unique_ptr<backend_stream> own;
-    cuda_stream_view stream = cuda_stream_per_thread;
-    if (t % 4 != 0) {
-      own = std::make_unique<backend_stream>();
-      stream = own->get();
-    }
-    std::mt19937_64 rng{static_cast<std::uint64_t>(t) + 100};
-    auto drain = [&] {
-      std::vector<handed_block> mine;
-      {
-        std::lock_guard lock{mailbox_mutex};
-        mine.swap(mailboxes[static_cast<std::size_t>(t)]);
-      }
-      for (handed_block const& b : mine) {
-        if (b.seed % 4 == 0) {
-          auto const ok = has_pattern(b.ptr, b.bytes, b.seed, stream);
-          if (!ok) {
-            failures.fetch_add(1);
-            ADD_FAILURE() << ok.message();
-          }
-        }
-        pool.deallocate(b.ptr, b.bytes, stream);
-      }
-    };
-    for (int i = 0; i < iterations; ++i) {
-      std::size_t const bytes = log_uniform_size(rng, 21.0);
-      void* p = pool.allocate(bytes, stream);
-      auto const seed = static_cast<std::uint32_t>(t * 10'000 + i);
-      if (seed % 4 == 0) {
-        write_pattern(p, bytes, seed, stream);  // synchronises the stream: the block is idle when handed on
-      }
-      if (rng() % 2 == 0) {
-        pool.deallocate(p, bytes, stream);
-      } else {
-        auto const target = static_cast<std::size_t>(rng() % thread_count);
-        std::lock_guard lock{mailbox_mutex};
-        mailboxes[target].push_back({p, bytes, seed});
-      }
-      if (i % 8 == 0) { drain(); }
-    }
-    done.fetch_add(1);
-    while (done.load() < thread_count) {
-      drain();
-      std::this_thread::sleep_for(std::chrono::microseconds{200});
-    }
-    drain();
-  };
-  std::vector<std::thread> threads;
-  for (int t = 0; t < thread_count; ++t) { threads.emplace_back(worker, t); }
-  for (auto& thread : threads) { thread.join(); }
-  for (auto const& mailbox : mailboxes) {  // blocks posted after their receiver's last drain
-    for (handed_block const& b : mailbox) { pool.deallocate(b.ptr, b.bytes, cuda_stream_default); }
-  }
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(run_cross_thread_stress(pool, 16, 150, 100, [](std::mt19937_64& rng) { return log_uniform_size(rng, 21.0); }), 0);
   EXPECT_EQ(pool.bytes_in_use(), 0U);
   pool.check_invariants();
   pool.release();

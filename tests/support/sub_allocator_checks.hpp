@@ -5,6 +5,7 @@
 #pragma once
 
 #include "conformance/resource_battery.hpp"
+#include "support/memory_checks.hpp"
 
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/error.hpp>
@@ -13,12 +14,17 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 namespace gpumem::test {
@@ -115,6 +121,83 @@ void run_random_sequence(Resource& r, mr::simulated_memory_resource& upstream, r
         << "seed " << options.seed << ", step " << step << ": the resource's chunks and its upstream disagree";
     }
   }
+}
+
+/**
+ * 16-thread style stress with cross-thread frees: `thread_count` threads (every fourth on its per-thread
+ * default stream, the others on streams of their own) allocate `iterations` blocks of `next_size(rng)`
+ * bytes, write a pattern into every fourth block (write_pattern synchronises the stream, so the block is
+ * idle when handed on), free half of them themselves and post the rest to a random thread, which checks
+ * the pattern and frees them on its own stream. Blocks posted after their receiver's last look are freed
+ * on the legacy default stream at the end.
+ * @return the number of blocks whose contents were corrupted (each also reported with ADD_FAILURE).
+ */
+template <class NextSize>
+int run_cross_thread_stress(mr::device_memory_resource& resource, int thread_count, int iterations,
+                            std::uint64_t seed_base, NextSize next_size)
+{
+  struct handed_block {
+    void* ptr;
+    std::size_t bytes;
+    std::uint32_t seed;
+  };
+  std::mutex mailbox_mutex;
+  std::vector<std::vector<handed_block>> mailboxes(static_cast<std::size_t>(thread_count));
+  std::atomic<int> failures{0};
+  std::atomic<int> done{0};
+  auto worker = [&](int t) {
+    std::unique_ptr<backend_stream> own;
+    cuda_stream_view stream = cuda_stream_per_thread;
+    if (t % 4 != 0) {
+      own = std::make_unique<backend_stream>();
+      stream = own->get();
+    }
+    std::mt19937_64 rng{static_cast<std::uint64_t>(t) + seed_base};
+    auto drain = [&] {
+      std::vector<handed_block> mine;
+      {
+        std::lock_guard lock{mailbox_mutex};
+        mine.swap(mailboxes[static_cast<std::size_t>(t)]);
+      }
+      for (handed_block const& b : mine) {
+        if (b.seed % 4 == 0) {
+          auto const ok = has_pattern(b.ptr, b.bytes, b.seed, stream);
+          if (!ok) {
+            failures.fetch_add(1);
+            ADD_FAILURE() << ok.message();
+          }
+        }
+        resource.deallocate(b.ptr, b.bytes, stream);
+      }
+    };
+    for (int i = 0; i < iterations; ++i) {
+      std::size_t const bytes = next_size(rng);
+      void* p = resource.allocate(bytes, stream);
+      auto const seed = static_cast<std::uint32_t>(t * 10'000 + i);
+      if (seed % 4 == 0) { write_pattern(p, bytes, seed, stream); }
+      if (rng() % 2 == 0) {
+        resource.deallocate(p, bytes, stream);
+      } else {
+        auto const target = static_cast<std::size_t>(rng() % static_cast<std::uint64_t>(thread_count));
+        std::lock_guard lock{mailbox_mutex};
+        mailboxes[target].push_back({p, bytes, seed});
+      }
+      if (i % 8 == 0) { drain(); }
+    }
+    done.fetch_add(1);
+    while (done.load() < thread_count) {
+      drain();
+      std::this_thread::sleep_for(std::chrono::microseconds{200});
+    }
+    drain();
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) { threads.emplace_back(worker, t); }
+  for (auto& thread : threads) { thread.join(); }
+  for (auto const& mailbox : mailboxes) {
+    for (handed_block const& b : mailbox) { resource.deallocate(b.ptr, b.bytes, cuda_stream_default); }
+  }
+  return failures.load();
 }
 
 }  // namespace gpumem::test
