@@ -31,15 +31,6 @@
 namespace gpumem::test {
 namespace {
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t GiB = std::size_t{1} << 30;
-
-mr::cuda_memory_resource& cuda_upstream()
-{
-  static mr::cuda_memory_resource upstream;
-  return upstream;
-}
 
 struct binning_factory {  // RMM's usual configuration: bins of 256 KiB .. 4 MiB
   static std::unique_ptr<mr::device_memory_resource> make()

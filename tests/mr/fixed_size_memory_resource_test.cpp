@@ -31,15 +31,6 @@
 namespace gpumem::test {
 namespace {
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t GiB = std::size_t{1} << 30;
-
-mr::cuda_memory_resource& cuda_upstream()
-{
-  static mr::cuda_memory_resource upstream;
-  return upstream;
-}
 
 // The battery asks for up to 16 MiB + 17 bytes, so the blocks are that large; 4 blocks per batch.
 struct fixed_size_factory {
@@ -249,29 +240,8 @@ TEST(fixed_size_memory_resource, random_upstream_failures_surface_as_out_of_memo
 // Memory freed on stream A while A's work on it is held back must reach stream B only after that work.
 TEST(fixed_size_memory_resource, a_block_freed_on_a_busy_stream_reaches_another_stream_only_after_that_work)
 {
-  constexpr std::size_t bytes = 64 * KiB;
-  detail::backend& backend = detail::get_backend();
-  mr::fixed_size_memory_resource r{&cuda_upstream(), bytes, 1, 1};  // one block
-  backend_stream a;
-  backend_stream b;
-  void* p = r.allocate(bytes, a.get());
-  gate held;
-  held.hold(a.get());
-  backend.memset_async(p, 0xAA, bytes, a.get());
-  r.deallocate(p, bytes, a.get());
-  void* q = r.allocate(bytes, b.get());
-  ASSERT_EQ(q, p) << "the test needs B to receive A's block";
-  backend.memset_async(q, 0xBB, bytes, b.get());
-  std::atomic<bool> b_ran{false};
-  auto mark = [&b_ran] { b_ran.store(true); };
-  on_stream(b.get(), mark);
-  std::this_thread::sleep_for(std::chrono::milliseconds{50});
-  EXPECT_FALSE(b_ran.load()) << "B's work ran while A's work on the same block was still held back";
-  held.release();
-  backend.stream_synchronize(b.get());
-  backend.stream_synchronize(a.get());
-  EXPECT_TRUE(is_filled_with(q, bytes, 0xBB, b.get())) << "A's pending memset ran after B's";
-  r.deallocate(q, bytes, b.get());
+  mr::fixed_size_memory_resource r{&cuda_upstream(), 64 * KiB, 1, 1};  // one block
+  expect_block_reaches_another_stream_only_after_pending_work(r, 64 * KiB);
 }
 
 // 16 threads, own streams (a quarter on the per-thread default stream), blocks written on the allocating

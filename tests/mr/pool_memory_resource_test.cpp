@@ -31,15 +31,6 @@
 namespace gpumem::test {
 namespace {
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t GiB = std::size_t{1} << 30;
-
-mr::cuda_memory_resource& cuda_upstream()
-{
-  static mr::cuda_memory_resource upstream;
-  return upstream;
-}
 
 struct pool_factory {
   static std::unique_ptr<mr::device_memory_resource> make()
@@ -378,30 +369,8 @@ TEST(pool_memory_resource, random_upstream_failures_surface_as_out_of_memory_and
 // used by stream B before that work completes: B's memset must wait, so B's value is the one that stays.
 TEST(pool_memory_resource, a_block_freed_on_a_busy_stream_reaches_another_stream_only_after_that_work)
 {
-  constexpr std::size_t bytes = 64 * KiB;
-  detail::backend& backend = detail::get_backend();
-  mr::pool_memory_resource pool{&cuda_upstream(), bytes};  // one block: B can only get A's
-  backend_stream a;
-  backend_stream b;
-  void* p = pool.allocate(bytes, a.get());
-  gate held;
-  held.hold(a.get());
-  backend.memset_async(p, 0xAA, bytes, a.get());
-  pool.deallocate(p, bytes, a.get());
-
-  void* q = pool.allocate(bytes, b.get());
-  ASSERT_EQ(q, p) << "the test needs B to receive A's block";
-  backend.memset_async(q, 0xBB, bytes, b.get());
-  std::atomic<bool> b_ran{false};
-  auto mark = [&b_ran] { b_ran.store(true); };
-  on_stream(b.get(), mark);
-  std::this_thread::sleep_for(std::chrono::milliseconds{50});
-  EXPECT_FALSE(b_ran.load()) << "B's work ran while A's work on the same memory was still held back";
-  held.release();
-  backend.stream_synchronize(b.get());
-  backend.stream_synchronize(a.get());
-  EXPECT_TRUE(is_filled_with(q, bytes, 0xBB, b.get())) << "A's pending memset ran after B's";
-  pool.deallocate(q, bytes, b.get());
+  mr::pool_memory_resource pool{&cuda_upstream(), 64 * KiB};  // one block: B can only get A's
+  expect_block_reaches_another_stream_only_after_pending_work(pool, 64 * KiB);
 }
 
 // The transitive case that RMM's merge misses: A frees x (pending work), B merges A's list to serve a

@@ -5,10 +5,12 @@
 #pragma once
 
 #include "conformance/resource_battery.hpp"
+#include "support/gate.hpp"
 #include "support/memory_checks.hpp"
 
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/error.hpp>
+#include <gpumem/mr/cuda_memory_resource.hpp>
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/simulated_memory_resource.hpp>
 
@@ -28,6 +30,48 @@
 #include <vector>
 
 namespace gpumem::test {
+
+inline constexpr std::size_t KiB = std::size_t{1} << 10;
+inline constexpr std::size_t MiB = std::size_t{1} << 20;
+inline constexpr std::size_t GiB = std::size_t{1} << 30;
+
+/// The cuda_memory_resource that the sub-allocator tests grow from (one for the whole process).
+inline mr::cuda_memory_resource& cuda_upstream()
+{
+  static mr::cuda_memory_resource upstream;
+  return upstream;
+}
+
+/**
+ * Memory freed on stream A while A's work on it (a memset held back by a gate) is pending must reach
+ * stream B only after that work: B's own work waits, and B's value is the one that stays.
+ * @pre `r` can hold exactly one block of `bytes`, so that B can only get A's block.
+ */
+inline void expect_block_reaches_another_stream_only_after_pending_work(mr::device_memory_resource& r,
+                                                                       std::size_t bytes)
+{
+  detail::backend& backend = detail::get_backend();
+  backend_stream a;
+  backend_stream b;
+  void* p = r.allocate(bytes, a.get());
+  gate held;
+  held.hold(a.get());
+  backend.memset_async(p, 0xAA, bytes, a.get());
+  r.deallocate(p, bytes, a.get());
+  void* q = r.allocate(bytes, b.get());
+  ASSERT_EQ(q, p) << "the test needs B to receive A's block";
+  backend.memset_async(q, 0xBB, bytes, b.get());
+  std::atomic<bool> b_ran{false};
+  auto mark = [&b_ran] { b_ran.store(true); };
+  on_stream(b.get(), mark);
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  EXPECT_FALSE(b_ran.load()) << "B's work ran while A's work on the same memory was still held back";
+  held.release();
+  backend.stream_synchronize(b.get());
+  backend.stream_synchronize(a.get());
+  EXPECT_TRUE(is_filled_with(q, bytes, 0xBB, b.get())) << "A's pending memset ran after B's";
+  r.deallocate(q, bytes, b.get());
+}
 
 /** @brief What run_random_sequence does. */
 struct random_sequence_options {
