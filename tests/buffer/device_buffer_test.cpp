@@ -63,14 +63,7 @@ std::vector<std::uint8_t> prefix(std::vector<std::uint8_t> const& v, std::size_t
 
 class DeviceBufferTest : public ::testing::Test {
  protected:
-  void TearDown() override
-  {
-    // Every test returns everything it allocated, with the size it allocated, and nothing twice.
-    EXPECT_EQ(resource_.outstanding(), 0U);
-    EXPECT_EQ(resource_.allocations(), resource_.deallocations());
-    EXPECT_EQ(resource_.bytes_allocated(), resource_.bytes_deallocated());
-    EXPECT_TRUE(resource_.errors().empty()) << resource_.errors().front();
-  }
+  void TearDown() override { resource_.expect_everything_returned(); }
 
   cuda_stream stream_{cuda_stream::flags::non_blocking};
   counting_resource resource_;

@@ -45,12 +45,7 @@ static_assert(device_scalar<int>::size() == 1);
 
 class DeviceScalarTest : public ::testing::Test {
  protected:
-  void TearDown() override
-  {
-    EXPECT_EQ(resource_.outstanding(), 0U);
-    EXPECT_EQ(resource_.allocations(), resource_.deallocations());
-    EXPECT_TRUE(resource_.errors().empty()) << resource_.errors().front();
-  }
+  void TearDown() override { resource_.expect_everything_returned(); }
 
   cuda_stream stream_{cuda_stream::flags::non_blocking};
   counting_resource resource_;

@@ -88,13 +88,7 @@ std::vector<T> head(std::vector<T> const& v, std::size_t n)
 
 class DeviceUvectorTest : public ::testing::Test {
  protected:
-  void TearDown() override
-  {
-    EXPECT_EQ(resource_.outstanding(), 0U);
-    EXPECT_EQ(resource_.allocations(), resource_.deallocations());
-    EXPECT_EQ(resource_.bytes_allocated(), resource_.bytes_deallocated());
-    EXPECT_TRUE(resource_.errors().empty()) << resource_.errors().front();
-  }
+  void TearDown() override { resource_.expect_everything_returned(); }
 
   cuda_stream stream_{cuda_stream::flags::non_blocking};
   counting_resource resource_;

@@ -11,6 +11,8 @@
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
 
+#include <gtest/gtest.h>
+
 #include <cstddef>
 #include <limits>
 #include <map>
@@ -58,6 +60,16 @@ class counting_resource final : public mr::device_memory_resource {
   [[nodiscard]] std::vector<int> allocation_devices() const { return locked([this] { return allocation_devices_; }); }
   /** @return deallocate calls whose pointer was not outstanding or whose size differed from the allocation's. */
   [[nodiscard]] std::vector<std::string> errors() const { return locked([this] { return errors_; }); }
+
+  /// Expects that everything allocated was returned, with the size it was allocated with, and nothing
+  /// twice (the fixtures of the container tests call this after every test).
+  void expect_everything_returned() const
+  {
+    EXPECT_EQ(outstanding(), 0U);
+    EXPECT_EQ(allocations(), deallocations());
+    EXPECT_EQ(bytes_allocated(), bytes_deallocated());
+    EXPECT_TRUE(errors().empty()) << errors().front();
+  }
 
  private:
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override
