@@ -1,6 +1,7 @@
 // cuda_stream (cuda_stream.hpp).
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_stream.hpp>
+#include <gpumem/mr/before_stream_destroy.hpp>
 #include <gpumem/error.hpp>
 
 #include <utility>
@@ -33,6 +34,7 @@ cuda_stream& cuda_stream::operator=(cuda_stream&& other) noexcept
 void cuda_stream::destroy() noexcept
 {
   if (stream_ != nullptr) {
+    mr::before_stream_destroy(cuda_stream_view{stream_});  // blocks cached for it leave the thread caches
     detail::get_backend().stream_destroy(stream_);
     stream_ = nullptr;
   }

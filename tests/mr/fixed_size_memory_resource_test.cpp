@@ -241,7 +241,9 @@ TEST(fixed_size_memory_resource, random_upstream_failures_surface_as_out_of_memo
 TEST(fixed_size_memory_resource, a_block_freed_on_a_busy_stream_reaches_another_stream_only_after_that_work)
 {
   mr::fixed_size_memory_resource r{&cuda_upstream(), 64 * KiB, 1, 1};  // one block
-  expect_block_reaches_another_stream_only_after_pending_work(r, 64 * KiB);
+  // The resource has no maximum (B would grow): flush A's cached block to A's shared list first.
+  expect_block_reaches_another_stream_only_after_pending_work(r, 64 * KiB, [&r] { r.flush_thread_caches(); });
+  r.check_invariants();
 }
 
 // 16 threads, own streams (a quarter on the per-thread default stream), blocks written on the allocating

@@ -136,6 +136,9 @@ TEST(pool_memory_resource, grows_by_the_larger_of_the_request_and_the_pool_cappe
   for (auto [p, bytes] : {std::pair{a, 1 * MiB}, {b, 1 * MiB}, {c, 3 * MiB}, {d, 1 * MiB}, {e, 5 * MiB}}) {
     pool.deallocate(p, bytes);
   }
+  EXPECT_EQ(pool.bytes_in_thread_caches(), 11 * MiB) << "the freed blocks wait in this thread's cache";
+  pool.flush_thread_caches();
+  EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
   EXPECT_EQ(pool.free_block_count(), 5U) << "all freed: the pool must coalesce back to its chunks";
   EXPECT_EQ(pool.bytes_in_use(), 0U);
   pool.release();
@@ -277,6 +280,8 @@ TEST(pool_memory_resource, random_sequences_on_80_gib_keep_the_invariants_and_co
     free_all(pool, live, cuda_stream_default);
     pool.check_invariants();
     EXPECT_EQ(pool.bytes_in_use(), 0U);
+    pool.flush_thread_caches();  // cached blocks coalesce only in the shared lists
+    pool.check_invariants();
     EXPECT_EQ(pool.free_block_count(), pool.chunk_count()) << "seed " << seed << ": not coalesced back to the chunks";
     pool.release();
     EXPECT_EQ(upstream.bytes_in_use(), 0U) << "seed " << seed;
@@ -367,10 +372,24 @@ TEST(pool_memory_resource, random_upstream_failures_surface_as_out_of_memory_and
 
 // Memory freed on stream A while A's earlier work (a memset held back by a gate) is pending must not be
 // used by stream B before that work completes: B's memset must wait, so B's value is the one that stays.
+// Here the block is still in the freeing thread's cache when B asks: the pool is at its maximum, so B's
+// request empties the thread caches into the shared lists (recording A's event) before it would fail.
 TEST(pool_memory_resource, a_block_freed_on_a_busy_stream_reaches_another_stream_only_after_that_work)
 {
-  mr::pool_memory_resource pool{&cuda_upstream(), 64 * KiB};  // one block: B can only get A's
+  mr::pool_memory_resource pool{&cuda_upstream(), 64 * KiB, 64 * KiB};  // one block: B can only get A's
   expect_block_reaches_another_stream_only_after_pending_work(pool, 64 * KiB);
+  pool.check_invariants();
+}
+
+// The same after an explicit flush_thread_caches(): the block waits in A's shared list under A's event.
+TEST(pool_memory_resource, a_flushed_block_freed_on_a_busy_stream_reaches_another_stream_only_after_that_work)
+{
+  mr::pool_memory_resource pool{&cuda_upstream(), 64 * KiB, 64 * KiB};
+  expect_block_reaches_another_stream_only_after_pending_work(pool, 64 * KiB, [&pool] {
+    pool.flush_thread_caches();
+    EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
+  });
+  pool.check_invariants();
 }
 
 // The transitive case that RMM's merge misses: A frees x (pending work), B merges A's list to serve a
@@ -420,7 +439,9 @@ TEST(pool_memory_resource, per_thread_default_streams_of_two_threads_are_two_str
 {
   constexpr std::size_t bytes = 64 * KiB;
   detail::backend& backend = detail::get_backend();
-  mr::pool_memory_resource pool{&cuda_upstream(), bytes};
+  // At its maximum: thread 2 gets thread 1's block only by emptying thread 1's cache, which moves it to
+  // the legacy default stream's list (ordered after every blocking stream's earlier work).
+  mr::pool_memory_resource pool{&cuda_upstream(), bytes, bytes};
   gate held;
   void* p = nullptr;
   std::atomic<bool> freed{false};
@@ -507,7 +528,10 @@ TEST(pool_memory_resource, concurrent_misses_wait_for_one_growth_instead_of_each
     }
   }
   EXPECT_EQ(upstream.inner.bytes_in_use(), 0U);
-  for (auto s : streams) { detail::get_backend().stream_destroy(s); }
+  for (auto s : streams) {
+    mr::before_stream_destroy(cuda_stream_view{s});
+    detail::get_backend().stream_destroy(s);
+  }
 }
 
 TEST(pool_memory_resource, sixteen_threads_with_cross_thread_frees)

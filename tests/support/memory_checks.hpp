@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/mr/before_stream_destroy.hpp>
 
 #include <gtest/gtest.h>
 
@@ -48,7 +49,11 @@ class backend_stream {
     : stream_{detail::get_backend().stream_create(flags, 0)}
   {
   }
-  ~backend_stream() { detail::get_backend().stream_destroy(stream_); }
+  ~backend_stream()
+  {
+    mr::before_stream_destroy(cuda_stream_view{stream_});
+    detail::get_backend().stream_destroy(stream_);
+  }
   backend_stream(backend_stream const&) = delete;
   backend_stream& operator=(backend_stream const&) = delete;
   backend_stream(backend_stream&&) = delete;

@@ -45,20 +45,36 @@ inline mr::cuda_memory_resource& cuda_upstream()
 /**
  * Memory freed on stream A while A's work on it (a memset held back by a gate) is pending must reach
  * stream B only after that work: B's own work waits, and B's value is the one that stays.
+ * The freed block first goes to the freeing thread's cache; `after_free` (if given) runs after the
+ * deallocation on A, e.g. to flush the caches; without it, B's allocation must find the block itself.
+ * With `free_on_another_thread`, A's allocation, work and deallocation run on a thread that has ended
+ * (its cache emptied at exit) before B asks.
  * @pre `r` can hold exactly one block of `bytes`, so that B can only get A's block.
  */
 inline void expect_block_reaches_another_stream_only_after_pending_work(mr::device_memory_resource& r,
-                                                                       std::size_t bytes)
+                                                                       std::size_t bytes,
+                                                                       std::function<void()> const& after_free = {},
+                                                                       bool free_on_another_thread = false)
 {
   detail::backend& backend = detail::get_backend();
   backend_stream a;
   backend_stream b;
-  void* p = r.allocate(bytes, a.get());
   gate held;
-  held.hold(a.get());
-  backend.memset_async(p, 0xAA, bytes, a.get());
-  r.deallocate(p, bytes, a.get());
+  void* p = nullptr;
+  auto use_and_free_on_a = [&] {
+    p = r.allocate(bytes, a.get());
+    held.hold(a.get());
+    backend.memset_async(p, 0xAA, bytes, a.get());
+    r.deallocate(p, bytes, a.get());
+  };
+  if (free_on_another_thread) {
+    std::thread{use_and_free_on_a}.join();
+  } else {
+    use_and_free_on_a();
+  }
+  if (after_free) { after_free(); }
   void* q = r.allocate(bytes, b.get());
+  if (q != p) { held.release(); }  // let A's work finish before the streams are destroyed
   ASSERT_EQ(q, p) << "the test needs B to receive A's block";
   backend.memset_async(q, 0xBB, bytes, b.get());
   std::atomic<bool> b_ran{false};

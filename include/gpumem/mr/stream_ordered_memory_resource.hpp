@@ -64,13 +64,17 @@
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/export.hpp>
+#include <gpumem/mr/before_stream_destroy.hpp>
 #include <gpumem/mr/detail/align.hpp>
+#include <gpumem/mr/detail/block_cache.hpp>
 #include <gpumem/mr/detail/free_block.hpp>
+#include <gpumem/mr/detail/thread_cache_registry.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -101,7 +105,9 @@ namespace gpumem::detail {
  * through an event wait (never a host synchronisation).
  */
 template <class FreeList>
-class stream_ordered_memory_resource : public mr::device_memory_resource {
+class stream_ordered_memory_resource : public mr::device_memory_resource,
+                                       private thread_cache_owner,
+                                       private stream_destroy_listener {
  public:
   /**
    * @brief Returns every chunk to the upstream and destroys the events. The upstream deallocations are
@@ -110,6 +116,8 @@ class stream_ordered_memory_resource : public mr::device_memory_resource {
    */
   ~stream_ordered_memory_resource() override
   {
+    remove_stream_destroy_listener(this);
+    caches_.detach_all([this](block_cache& cache) { empty_cache(cache); });
     backend& be = get_backend();
     cudaStream_t const carrier = nullptr;  // the legacy default stream carries the upstream deallocations
     for (auto& [key, list] : lists_) {
@@ -132,25 +140,45 @@ class stream_ordered_memory_resource : public mr::device_memory_resource {
   /** @return bytes held from the upstream (the sum of the chunks). Thread-safety: a consistent snapshot. */
   [[nodiscard]] std::size_t pool_size() const noexcept { return locked([this] { return pool_size_; }); }
   /** @return bytes handed out and not yet deallocated (each allocation counted as its block's size). */
-  [[nodiscard]] std::size_t bytes_in_use() const noexcept { return locked([this] { return bytes_in_use_; }); }
-  /** @return bytes held but free: pool_size() - bytes_in_use(). */
+  [[nodiscard]] std::size_t bytes_in_use() const noexcept
+  {
+    return snapshot([this](cache_totals const& cached) { return bytes_in_use_ - cached.bytes; });
+  }
+  /** @return bytes held but free (in the shared lists or in thread caches): pool_size() - bytes_in_use(). */
   [[nodiscard]] std::size_t bytes_cached() const noexcept
   {
-    return locked([this] { return pool_size_ - bytes_in_use_; });
+    return snapshot([this](cache_totals const& cached) { return pool_size_ - bytes_in_use_ + cached.bytes; });
   }
-  /** @return the size of the largest free block over all streams (0 when none). */
-  [[nodiscard]] std::size_t largest_free_block() const noexcept { return locked([this] { return largest_locked(); }); }
-  /** @return the number of free blocks over all streams. */
+  /** @return the size of the largest free block over all streams and thread caches (0 when none). */
+  [[nodiscard]] std::size_t largest_free_block() const noexcept
+  {
+    return snapshot([this](cache_totals const& cached) { return std::max(largest_locked(), cached.largest); });
+  }
+  /** @return the number of free blocks over all streams and thread caches. */
   [[nodiscard]] std::size_t free_block_count() const noexcept
   {
-    return locked([this] { return free_block_count_locked(); });
+    return snapshot([this](cache_totals const& cached) { return free_block_count_locked() + cached.blocks; });
+  }
+  /** @return the bytes of the free blocks that sit in thread caches (included in bytes_cached()). */
+  [[nodiscard]] std::size_t bytes_in_thread_caches() const noexcept
+  {
+    return snapshot([](cache_totals const& cached) { return cached.bytes; });
   }
   /** @return the number of chunks held from the upstream. */
   [[nodiscard]] std::size_t chunk_count() const noexcept { return locked([this] { return chunks_.size(); }); }
 
   /**
+   * @brief Moves the blocks that every thread holds in its cache into the shared lists, where they
+   * coalesce and other streams can reach them (after an event wait). allocate() does this by itself
+   * before it fails, and release() before it releases; call it to see the coalesced state, or to make a
+   * long-idle thread's cached blocks visible to the others.
+   * Thread-safety: may run concurrently with allocation.
+   */
+  void flush_thread_caches() noexcept { drain_thread_caches(); }
+
+  /**
    * @brief Returns every wholly free chunk to the upstream, and forgets the streams that have no cached
-   * blocks left (destroying their events).
+   * blocks left (destroying their events). Every thread cache is emptied into the shared lists first.
    * Stream-ordering: every list is merged into the legacy default stream's (which waits on each stream's
    * event), and the upstream deallocations are made on the legacy default stream. No host synchronisation
    * here (an upstream such as cuda_memory_resource may synchronise in its own deallocate).
@@ -159,6 +187,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource {
    */
   void release()
   {
+    drain_thread_caches();
     std::unique_lock lock{mutex_};
     stream_free_list& carrier = lists_.at(default_key);
     merge_all_into_locked(carrier);
@@ -180,6 +209,12 @@ class stream_ordered_memory_resource : public mr::device_memory_resource {
    */
   void check_invariants() const
   {
+    caches_.with_all_locked([this](std::vector<block_cache const*> const& caches) { check_invariants_locked(caches); });
+  }
+
+ private:
+  void check_invariants_locked(std::vector<block_cache const*> const& caches) const
+  {
     std::lock_guard lock{mutex_};
     auto violation = [this](std::string const& what) {
       throw logic_error(std::string{name_} + "::check_invariants: " + what);
@@ -190,30 +225,47 @@ class stream_ordered_memory_resource : public mr::device_memory_resource {
       violation("the chunks hold " + std::to_string(chunk_sum) + " bytes but pool_size is " +
                 std::to_string(pool_size_));
     }
-    std::vector<free_block> blocks;
+    struct seen_block {
+      free_block block;
+      bool cached;  // in a thread cache (which keeps no head mark), not in a list
+    };
+    std::vector<seen_block> blocks;
     std::size_t free_sum = 0;
     for (auto const& [key, list] : lists_) {
       list.blocks.check_invariants();
       free_sum += list.blocks.total_bytes();
-      list.blocks.for_each([&blocks](free_block const& b) { blocks.push_back(b); });
+      list.blocks.for_each([&blocks](free_block const& b) { blocks.push_back(seen_block{b, false}); });
     }
     if (bytes_in_use_ + free_sum != pool_size_) {
       violation("bytes in use (" + std::to_string(bytes_in_use_) + ") + free bytes (" + std::to_string(free_sum) +
                 ") != pool size (" + std::to_string(pool_size_) + ")");
     }
+    std::size_t cached_sum = 0;
+    for (block_cache const* cache : caches) {
+      cache->check_invariants();
+      cached_sum += cache->cached_bytes();
+      cache->for_each([&blocks](std::uintptr_t, std::size_t size, std::uintptr_t address) {
+        blocks.push_back(seen_block{free_block{address, size, false}, true});
+      });
+    }
+    if (cached_sum > bytes_in_use_) {
+      violation("the thread caches hold " + std::to_string(cached_sum) + " bytes, more than the " +
+                std::to_string(bytes_in_use_) + " bytes counted as handed out");
+    }
     std::sort(blocks.begin(), blocks.end(),
-              [](free_block const& a, free_block const& b) { return a.address < b.address; });
+              [](seen_block const& a, seen_block const& b) { return a.block.address < b.block.address; });
     for (std::size_t i = 0; i < blocks.size(); ++i) {
-      free_block const& b = blocks[i];
+      free_block const& b = blocks[i].block;
       auto where = [&b] {  // built only for a message
         return "free block [" + format_pointer(to_pointer(b.address)) + ", +" + std::to_string(b.size) + ")";
       };
-      if (i > 0 && blocks[i - 1].end() > b.address) { violation(where() + " overlaps another free block"); }
+      if (i > 0 && blocks[i - 1].block.end() > b.address) { violation(where() + " overlaps another free block"); }
       auto const after = chunks_.upper_bound(b.address);
       if (after == chunks_.begin() || b.end() > std::prev(after)->first + std::prev(after)->second) {
         violation(where() + " does not lie inside one chunk");
       }
       if constexpr (FreeList::tracks_heads) {
+        if (blocks[i].cached) { continue; }
         if (b.is_head != (std::prev(after)->first == b.address)) {
           violation(where() + (b.is_head ? " is marked as a head but does not start a chunk"
                                        : " starts a chunk but is not marked as a head"));
@@ -236,8 +288,16 @@ class stream_ordered_memory_resource : public mr::device_memory_resource {
       throw logic_error("gpumem::mr::" + std::string{name_} + ": the upstream resource must not be null");
     }
     device_ = get_backend().current_device();
-    std::lock_guard lock{mutex_};
-    (void)list_for_locked(cuda_stream_default);  // the legacy default stream's list always exists
+    {
+      std::lock_guard lock{mutex_};
+      (void)list_for_locked(cuda_stream_default);  // the legacy default stream's list always exists
+    }
+    try {
+      add_stream_destroy_listener(this);
+    } catch (...) {
+      get_backend().event_destroy(lists_.at(default_key).event);
+      throw;
+    }
   }
 
   // ---- the policy of the derived resource ----------------------------------------------------------------
@@ -316,25 +376,96 @@ class stream_ordered_memory_resource : public mr::device_memory_resource {
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) final
   {
     std::size_t const size = block_size_for(bytes);
+    if (bytes <= maximum_allocation_size() && size <= block_cache::largest_cached_block) {
+      if (thread_cache* const mine = caches_.local()) {  // step (0): the thread's cache, no event, no shared lock
+        std::lock_guard cache_lock{mine->lock};
+        if (!mine->detached) {
+          if (auto const address = mine->cache.pop(cache_key(stream), size)) { return to_pointer(*address); }
+        }
+      }
+    }
+    refill more;
+    std::uintptr_t const address = allocate_shared(bytes, size, stream, more);
+    if (more.count > 0) { refill_cache(stream, size, more); }
+    return to_pointer(address);
+  }
+
+  /// Blocks taken from a stream's list for the calling thread's cache, beside the one handed out.
+  struct refill {
+    std::array<std::uintptr_t, block_cache::slot_capacity> addresses{};
+    std::size_t count{};
+  };
+
+  /// Steps (a) to (f) of the file comment, under the shared lock. Fills `more` (lists of one block size).
+  std::uintptr_t allocate_shared(std::size_t bytes, std::size_t size, cuda_stream_view stream, refill& more)
+  {
     std::unique_lock lock{mutex_};
     if (bytes > maximum_allocation_size()) {
       fail_locked(bytes, "the request exceeds the largest allocation this resource can serve (" +
                            format_bytes(maximum_allocation_size()) + ")");
     }
-    if (auto const address = take_locked(stream, size)) { return to_pointer(*address); }
+    auto const done = [&](std::uintptr_t address) {
+      take_more_locked(stream, size, more);
+      return address;
+    };
+    if (auto const address = take_locked(stream, size)) { return done(*address); }
     // Another thread is growing the pool: wait for its chunk and look again instead of growing too.
     // Concurrent misses that each grew by the pool's size made the pool hold 39x the live bytes with 16
     // threads on 16 streams (random_mt/16 on an H200, docs/PERFORMANCE.md).
     while (growing_bytes_ > 0) {
       growth_done_.wait(lock);
-      if (auto const address = take_locked(stream, size)) { return to_pointer(*address); }
+      if (auto const address = take_locked(stream, size)) { return done(*address); }
     }
     std::string upstream_failure;
-    if (auto const address = grow_and_take(lock, stream, size, upstream_failure)) { return to_pointer(*address); }
+    if (auto const address = grow_and_take(lock, stream, size, upstream_failure)) { return done(*address); }
     reclaim(lock, stream);
-    if (auto const address = take_locked(stream, size)) { return to_pointer(*address); }  // freed meanwhile
-    if (auto const address = grow_and_take(lock, stream, size, upstream_failure)) { return to_pointer(*address); }
+    if (auto const address = take_locked(stream, size)) { return done(*address); }  // freed meanwhile
+    if (auto const address = grow_and_take(lock, stream, size, upstream_failure)) { return done(*address); }
+    // Step (e'): the blocks in every thread's cache go to the shared lists, then reclaim and grow again.
+    lock.unlock();
+    drain_thread_caches();
+    lock.lock();
+    if (auto const address = take_locked(stream, size)) { return done(*address); }
+    reclaim(lock, stream);
+    if (auto const address = take_locked(stream, size)) { return done(*address); }
+    if (auto const address = grow_and_take(lock, stream, size, upstream_failure)) { return done(*address); }
     fail_locked(bytes, upstream_failure);
+  }
+
+  /// For lists of one block size: takes up to half a cache slot of blocks of `size` from `stream`'s own
+  /// list (no event wait: they are the stream's), for the calling thread's cache.
+  void take_more_locked(cuda_stream_view stream, std::size_t size, refill& more) noexcept
+  {
+    if constexpr (FreeList::one_block_size) {
+      if (size > block_cache::largest_cached_block) { return; }
+      auto const own = lists_.find(key_of(stream));
+      if (own == lists_.end()) { return; }
+      std::size_t const wanted = block_cache::capacity_for(size) / 2;
+      while (more.count < wanted) {
+        auto const found = own->second.blocks.get_block(size);
+        if (!found) { break; }
+        more.addresses[more.count++] = found->address;
+        bytes_in_use_ += size;  // counted as handed out while in a cache (see bytes_in_use())
+      }
+    }
+  }
+
+  /// Puts the blocks of `more` in the calling thread's cache (or back in the shared lists without one).
+  void refill_cache(cuda_stream_view stream, std::size_t size, refill const& more) noexcept
+  {
+    std::span<std::uintptr_t const> const blocks{more.addresses.data(), more.count};
+    thread_cache* const mine = caches_.local();
+    if (mine != nullptr) {
+      std::lock_guard cache_lock{mine->lock};
+      if (!mine->detached) {
+        for (std::uintptr_t const address : blocks) {
+          mine->cache.push(cache_key(stream), size, address,
+                           [this](block_cache::spill_batch const& batch) noexcept { spill(batch, true); });
+        }
+        return;
+      }
+    }
+    spill(block_cache::spill_batch{cache_key(stream), size, blocks}, true);
   }
 
   /// Steps (a) to (c) of the file comment. @return the address of a block of `size` bytes, or nullopt.
@@ -491,24 +622,115 @@ class stream_ordered_memory_resource : public mr::device_memory_resource {
   {
     std::size_t const size = block_size_for(bytes);
     std::uintptr_t const address = to_address(ptr);
+    if (size <= block_cache::largest_cached_block) {
+      if (thread_cache* const mine = caches_.local()) {
+        std::lock_guard cache_lock{mine->lock};
+        if (!mine->detached) {
+          // A double free of a block still in this slot throws gpumem::logic_error here, which ends the
+          // program through noexcept (one in the shared lists does so when the slot spills).
+          mine->cache.push(cache_key(stream), size, address,
+                           [this](block_cache::spill_batch const& batch) noexcept { spill(batch, true); });
+          return;
+        }
+      }
+    }
+    spill(block_cache::spill_batch{cache_key(stream), size, std::span<std::uintptr_t const>{&address, 1}}, true);
+  }
+
+  // ---- thread caches ------------------------------------------------------------------------------------
+
+  /// The cache's name for a stream: its handle, with both names of the legacy default stream as 0.
+  [[nodiscard]] static std::uintptr_t cache_key(cuda_stream_view stream) noexcept
+  {
+    return stream.is_default() ? 0 : to_address(stream.value());
+  }
+
+  /**
+   * @brief Moves a batch of blocks (of one stream and size, counted as in use) into the stream's shared
+   * list, and records the list's event once (the event rule).
+   * @param own_thread whether cudaStreamPerThread in the batch names the calling thread's stream. When it
+   *        does not (another thread's cache, or an exiting thread whose stream may be gone), the blocks go
+   *        to the legacy default stream's list, whose event, recorded now on the legacy default stream, follows
+   *        all earlier work of every blocking stream, per-thread default streams included (CUDA's implicit
+   *        synchronisation).
+   */
+  void spill(block_cache::spill_batch const& batch, bool own_thread) noexcept
+  {
+    auto const handle = static_cast<cudaStream_t>(to_pointer(batch.stream));
+    cuda_stream_view const stream =
+      (handle == cudaStreamPerThread && !own_thread) ? cuda_stream_view{} : cuda_stream_view{handle};
     std::lock_guard lock{mutex_};
-    bool const is_head = chunks_.contains(address);
     stream_free_list* list = nullptr;
     try {
       list = &list_for_locked(stream);
     } catch (...) {
       // A stream seen for the first time, and its event could not be made: wait for its work, after
-      // which the block is safe for any stream, and keep it on the legacy default stream's list.
-      synchronize_no_throw(stream);
-      lists_.at(default_key).blocks.insert(free_block{address, size, is_head});
-      bytes_in_use_ -= size;
-      return;
+      // which the blocks are safe for any stream, and keep them on the legacy default stream's list.
+      synchronize_no_throw(stream.value());
+      list = &lists_.at(default_key);
     }
-    // A block that overlaps a free block (a double free) throws gpumem::logic_error here, which ends the
-    // program through noexcept: continuing would hand the same memory out twice.
-    list->blocks.insert(free_block{address, size, is_head});
-    bytes_in_use_ -= size;
+    for (std::uintptr_t const address : batch.addresses) {
+      // A block that overlaps a free block (a double free) throws gpumem::logic_error here, which ends the
+      // program through noexcept: continuing would hand the same memory out twice.
+      try {
+        list->blocks.insert(free_block{address, batch.block_size, chunks_.contains(address)});
+        bytes_in_use_ -= batch.block_size;
+      } catch (std::bad_alloc const&) {  // NOLINT(bugprone-empty-catch): the block stays counted as in use,
+      }                                  // lost until the resource is destroyed; the books stay balanced
+    }
     record_locked(*list);
+  }
+
+  /// Empties `cache` into the shared lists, from a thread that may not own it.
+  void empty_cache(block_cache& cache) noexcept
+  {
+    cache.spill_all(std::nullopt, [this](block_cache::spill_batch const& batch) noexcept { spill(batch, false); });
+  }
+
+  /// Empties every thread's cache into the shared lists. Called without the shared lock.
+  void drain_thread_caches() noexcept
+  {
+    caches_.for_each([this](block_cache& cache) { empty_cache(cache); });
+  }
+
+  void thread_exiting(block_cache& cache) noexcept override { empty_cache(cache); }
+
+  void stream_destroying(cudaStream_t stream) noexcept override
+  {
+    caches_.for_each([this, stream](block_cache& cache) {
+      cache.spill_all(to_address(stream),
+                      [this](block_cache::spill_batch const& batch) noexcept { spill(batch, false); });
+    });
+  }
+
+  struct cache_totals {
+    std::size_t bytes{};
+    std::size_t blocks{};
+    std::size_t largest{};
+  };
+
+  /// Calls f(cache_totals const&) with every thread cache locked and the shared lock held: a consistent view.
+  template <class F>
+  auto snapshot(F f) const noexcept
+  {
+    using result = decltype(f(cache_totals{}));
+    result value{};
+    try {
+      caches_.with_all_locked([&](std::vector<block_cache const*> const& caches) {
+        cache_totals totals;
+        for (block_cache const* cache : caches) {
+          totals.bytes += cache->cached_bytes();
+          totals.blocks += cache->cached_blocks();
+          totals.largest = std::max(totals.largest, cache->largest());
+        }
+        std::lock_guard lock{mutex_};
+        value = f(totals);
+      });
+    } catch (...) {  // std::bad_alloc listing the caches: the shared lists alone
+      std::lock_guard lock{mutex_};
+      value = f(cache_totals{});
+    }
+    return value;
   }
 
   // ---- streams and events -------------------------------------------------------------------------------
@@ -588,6 +810,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource {
   std::size_t bytes_in_use_{};                     // GUARDED_BY(mutex_): pool_size_ - sum of free lists
   std::size_t growing_bytes_{};                    // GUARDED_BY(mutex_): asked of the upstream right now
   std::condition_variable growth_done_;            // notified (under mutex_) when a growth attempt ends
+  mutable thread_cache_registry caches_{this};     // each thread's cache of freed blocks
 };
 
 }  // namespace gpumem::detail

@@ -41,6 +41,8 @@ class GPUMEM_EXPORT coalescing_free_list {
  public:
   /** @brief Blocks carry is_head, so the owner can check it against its chunks. */
   static constexpr bool tracks_heads = true;
+  /** @brief Blocks have any size: a thread cache takes one block at a time. */
+  static constexpr bool one_block_size = false;
 
   /** @param alignment every address and size must be a multiple of it (a power of two). */
   explicit coalescing_free_list(std::size_t alignment = allocation_alignment) noexcept : alignment_{alignment} {}

@@ -32,6 +32,8 @@ class GPUMEM_EXPORT fixed_size_free_list {
  public:
   /** @brief Blocks carry no head flag: blocks never merge, so chunk boundaries need no marking. */
   static constexpr bool tracks_heads = false;
+  /** @brief Every block has one size: a thread cache may take several at once (the resource's refill). */
+  static constexpr bool one_block_size = true;
 
   /** @param block_size the size of every block; a positive multiple of 256. @throws gpumem::logic_error otherwise. */
   explicit fixed_size_free_list(std::size_t block_size);
