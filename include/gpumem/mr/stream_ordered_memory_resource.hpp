@@ -1,12 +1,15 @@
 /**
  * @file stream_ordered_memory_resource.hpp
- * The stream-ordered machinery shared by pool_memory_resource and fixed_size_memory_resource: one free list
- * and one timing-disabled event per stream, blocks handed between streams through event waits, growth from
- * an upstream resource, and reclaiming before failing. It lives in mr/, not mr/detail, because it is not a
+ * The stream-ordered machinery shared by pool_memory_resource and fixed_size_memory_resource: a cache of
+ * freed blocks per thread, one shared free list and one timing-disabled event per stream, blocks handed
+ * between streams through event waits, growth from an upstream resource, and reclaiming before failing. It lives in mr/, not mr/detail, because it is not a
  * pure algorithm: it calls the backend (events and stream waits), never CUDA directly (DESIGN.md). The
  * algorithms it builds on (the free lists) are in mr/detail.
  *
  * How a request is served (allocate(bytes, stream)):
+ *   (0) a block of exactly the block size freed on `stream` by this thread, from the thread's cache
+ *       (mr/detail/block_cache.hpp): no shared lock, no event; on a miss for a fixed-size list, the steps
+ *       below also move up to half a cache slot of `stream`'s own blocks into the cache;
  *   (a) best fit in `stream`'s own list: no synchronisation at all;
  *   (b) a block that fits in another stream's list: `stream` waits (stream_wait_event, no host
  *       synchronisation) on that stream's event, and takes the block; its remainder stays where it was;
@@ -17,30 +20,48 @@
  *       halving the request after an upstream failure, never below what the allocation needs;
  *   (e) reclaim: wholly free chunks go back to the upstream (after every list was merged into `stream`'s,
  *       so the upstream deallocation is ordered after all the work that used them), then (d) once more;
+ *   (e') every thread's cache is emptied into the shared lists, then (a)-(c), (e) and (d) once more;
  *   (f) only then gpumem::out_of_memory, naming the bytes cached, the largest free block and the number of
  *       free blocks.
  * The device is never synchronised (RMM's pool did, rapidsai/rmm#850).
  *
+ * Thread caches (what makes the small-size path fast and scale with threads):
+ *   deallocate(ptr, bytes, stream) puts blocks of at most block_cache::largest_cached_block bytes into the
+ *   calling thread's cache under (stream, block size); a later request of that size on that stream on that
+ *   thread gets it back with one uncontended atomic lock and no event: stream order alone makes the reuse
+ *   safe. Blocks leave a cache in batches (a full slot spills its older half; an evicted slot all of it)
+ *   into their stream's shared list, with one event record per batch (the event rule below). A cache is
+ *   emptied into the shared lists when its thread exits, by flush_thread_caches() and release(), before
+ *   the resource fails (step e'), when a gpumem::cuda_stream is destroyed (mr::before_stream_destroy, for
+ *   that stream's blocks), and at the resource's destruction. A per-thread default stream's blocks that
+ *   leave a cache on another thread, or at thread exit, go to the legacy default stream's list, recorded on
+ *   the legacy default stream: CUDA orders that record after the earlier work of every blocking stream.
+ *   Cost: a thread hides at most block_cache::slot_count * block_cache::bytes_per_slot bytes from the
+ *   others until one of those moments; pool_size() counts them, bytes_in_use() does not.
+ *
  * The event rule, and how it differs from RMM:
- *   A stream's event is recorded on that stream after every deallocation, merge and growth that puts blocks
- *   in its list, under the lock. So the event's latest record follows all the work that may still use any
+ *   A stream's event is recorded on that stream after every batch of deallocations, merge and growth that
+ *   puts blocks in its list, under the lock. So the event's latest record follows all the work that may still use any
  *   block of the list, and another stream that waits on it may use them. RMM records at deallocation only:
  *   after it merges stream A's list into stream B's, the blocks that stay in B's list are safe for B (it
  *   waited on A) but not for a third stream C that later takes them by waiting on B's event, whose record
  *   may predate B's wait on A. Recording after the merge closes that gap (see the pool's tests).
  *   Recording at deallocation (rather than at the moment another stream takes the block) is what makes the
  *   per-thread default stream work: cudaStreamPerThread names a different stream on every thread, so only
- *   the thread that freed the block can record on its stream. Its cost is one event record per deallocate.
+ *   the thread that freed the block can record on its stream. Its cost is one event record per batch of
+ *   blocks leaving a thread cache (RMM: one per deallocation).
  *
  * The per-thread default stream: each thread's cudaStreamPerThread has its own list and event, keyed by a
  * number that is never reused (std::thread::id values are), so a new thread never inherits a dead thread's
  * blocks without an event wait. The legacy default stream (0 or cudaStreamLegacy) has one list.
  *
- * Destroyed streams (the rule, as RMM's): the list and event of a stream outlive the stream, and blocks on
- * it remain safe for other streams (they wait on the event, which stays valid). But a new stream that
- * happens to get the same handle inherits the list and uses its blocks without waiting. So before
- * destroying a stream on which memory was deallocated, synchronise it (or otherwise make sure the work that
- * used that memory has completed). release() forgets every stream without cached blocks and destroys its
+ * Destroyed streams: the list and event of a stream outlive the stream, and blocks on it remain safe for
+ * other streams (they wait on the event, which stays valid). But a new stream that happens to get the same
+ * handle inherits the list and uses its blocks without waiting. So before destroying a stream on which
+ * memory was deallocated, synchronise it (or otherwise make sure the work that used that memory has
+ * completed). Blocks still in thread caches for the stream must leave them while the stream is valid:
+ * gpumem::cuda_stream does that when it is destroyed; for a stream made elsewhere call
+ * mr::before_stream_destroy(stream) before destroying it (mr/before_stream_destroy.hpp). release() forgets every stream without cached blocks and destroys its
  * event; the destructor destroys all events.
  *
  * Device: the resource belongs to the device that is current when it is constructed; allocate, deallocate
@@ -99,8 +120,9 @@ namespace gpumem::detail {
  * @tparam FreeList coalescing_free_list or fixed_size_free_list (same operations: insert, insert_chunk,
  *         get_block, merge_from, remove_whole_chunks, size, largest, total_bytes, for_each, check_invariants).
  *
- * Thread-safety: every public member may be called concurrently; one mutex guards all state, and it is
- * not held while the upstream allocates or frees.
+ * Thread-safety: every public member may be called concurrently; one mutex guards the shared state, and it
+ * is not held while the upstream allocates or frees; each thread cache has its own lock (lock order:
+ * thread_cache_registry.hpp, then this mutex).
  * Stream-ordering: as device_memory_resource.hpp says; memory freed on one stream reaches another only
  * through an event wait (never a host synchronisation).
  */
