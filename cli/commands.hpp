@@ -24,4 +24,9 @@ int run_info(std::span<std::string_view const> args, std::ostream& out);
 /// `gpumem demo [--elements N]`: a stream-ordered allocate / fill / memset / copy back / verify round trip.
 int run_demo(std::span<std::string_view const> args, std::ostream& out);
 
+/// `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--csv]`: replays allocation logs against
+/// resources by name and prints, per log, a table of ns/op, peak upstream and live bytes, their ratio,
+/// failures and unknown frees (docs/formats.md).
+int run_replay(std::span<std::string_view const> args, std::ostream& out);
+
 }  // namespace gpumem::cli

@@ -19,6 +19,11 @@ constexpr std::string_view usage =
   "  info                  backend, CUDA runtime and driver versions, devices and their memory\n"
   "  demo [--elements N]   allocate, fill, memset, copy back and verify device buffers on a stream\n"
   "                        (N int32 elements per buffer, default 4194304)\n"
+  "  replay LOG [LOG...] [--resource LIST] [--simulate] [--csv]\n"
+  "                        replay allocation logs (RMM CSV, plain or gzip) against resources and print\n"
+  "                        ns/op, peak upstream and live bytes, their ratio, failures, unknown frees;\n"
+  "                        LIST: comma-separated, from pool,arena,binning,cuda_async,cuda (default: all);\n"
+  "                        --simulate: pool/arena/binning over a simulated 1 TiB upstream (no memory used)\n"
   "\n"
   "options:\n"
   "  -h, --help            print this help\n"
@@ -50,6 +55,7 @@ int main(int argc, char** argv)
     }
     if (command == "info") { return gpumem::cli::run_info(rest, std::cout); }
     if (command == "demo") { return gpumem::cli::run_demo(rest, std::cout); }
+    if (command == "replay") { return gpumem::cli::run_replay(rest, std::cout); }
     std::cerr << "gpumem: unknown command '" << command << "'\n\n" << usage;
     return gpumem::cli::exit_usage;
   } catch (gpumem::cli::usage_error const& e) {

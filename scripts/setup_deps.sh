@@ -41,6 +41,7 @@ present() {
     libgmock-dev)     has_header gmock/gmock.h && has_lib gmock ;;
     googletest)       dpkg_has googletest || [[ -d /usr/src/googletest ]] || { has_header gtest/gtest.h && has_lib gtest; } ;;
     libbenchmark-dev) has_header benchmark/benchmark.h && has_lib benchmark ;;
+    zlib1g-dev)       has_header zlib.h && has_lib z ;;
     python3)          command -v python3 >/dev/null ;;
     python3-dev)      python3 -c 'import sysconfig,os,sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"],"Python.h")))' 2>/dev/null ;;
     python3-pip)      python3 -m pip --version >/dev/null 2>&1 ;;
@@ -49,7 +50,8 @@ present() {
   esac || dpkg_has "$1"
 }
 
-packages=(cmake ninja-build g++ libgtest-dev libgmock-dev googletest libbenchmark-dev)
+# zlib1g-dev: gzip-compressed allocation logs (optional to the build: without it, `gzip -dc` is used).
+packages=(cmake ninja-build g++ libgtest-dev libgmock-dev googletest libbenchmark-dev zlib1g-dev)
 if [[ ${GPUMEM_DEPS_PYTHON:-0} == 1 ]]; then
   packages+=(python3 python3-dev python3-pip python3-venv)
 fi

@@ -1,0 +1,88 @@
+/**
+ * @file replay.hpp
+ * Replays an allocation log (allocation_log.hpp) against a device memory resource, single-threaded and in
+ * log order, and reports the time per operation and how much memory the resource took to serve it
+ * (docs/formats.md describes the result's fields; shared/BENCHMARKS.md's `replay/<log>` workload).
+ *
+ * What the replay does with each row:
+ * - `allocate`: allocate(size, stream). A failure of the resource (gpumem::bad_alloc, including
+ *   gpumem::out_of_memory) is counted in `failures` and the replay goes on; the later free of that pointer is
+ *   skipped (`skipped_frees`).
+ * - `free` of a pointer that is live in the log: deallocate(p, size allocated, stream of the free row).
+ *   A free of a pointer the log never allocated, or already freed, is counted in `unknown_frees` and skipped.
+ * - `allocate failure`: the program's allocator failed here. The request is replayed (allocate, then at once
+ *   deallocate: the program never used it) to see whether this resource fails too (`log_failures_reproduced`).
+ * - An `allocate` at an address that is still live in the log (the log lost a free) first frees the older
+ *   block (`missing_frees`).
+ * - Stream ids: 0x0 is the default stream, 0x1 the legacy default stream, 0x2 the per-thread default stream;
+ *   every other id gets a gpumem::cuda_stream of its own, created before the timed loop.
+ * After the last row, every block still live is freed (`live_at_end`), outside the timed loop.
+ *
+ * The log is first turned into a flat array of operations (pointers resolved to slots), so the timed loop
+ * costs one indirect call per operation plus an array access: the time per op is the resource's.
+ * Memory is never touched (no memset, no copy), so a resource over a simulated upstream replays safely.
+ */
+#pragma once
+
+#include <gpumem/export.hpp>
+#include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/replay/allocation_log.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <optional>
+
+namespace gpumem {
+
+/** @brief How to replay. */
+struct replay_options {
+  /**
+   * @brief Reports the peak bytes the resource has taken from its upstream (or from the device); queried
+   * once, after the replay. Empty: the result has no peak_upstream_bytes and no fragmentation.
+   * make_replay_resource's handles provide one (replay_resource.hpp).
+   */
+  std::function<std::size_t()> peak_upstream_bytes{};
+  /**
+   * @brief Called with the fraction of operations done (0 < f <= 1), about `progress_steps` times and once
+   * with 1.0 at the end. Its own time is not counted in the timed loop.
+   */
+  std::function<void(double)> progress{};
+  std::size_t progress_steps{100};
+};
+
+/** @brief What a replay measured and counted (docs/formats.md, "The replay table"). */
+struct replay_result {
+  std::size_t events{};          ///< rows of the log
+  std::size_t allocations{};     ///< allocate calls made in the timed loop (failed ones included)
+  std::size_t deallocations{};   ///< deallocate calls made in the timed loop
+  std::size_t ops{};             ///< allocations + deallocations
+  double elapsed_ns{};           ///< wall time of the timed loop (std::chrono::steady_clock)
+  double ns_per_op{};            ///< elapsed_ns / ops (0 when ops == 0)
+  std::size_t peak_live_bytes{}; ///< as the log says (peak_live_bytes(log))
+  /// peak bytes taken from the upstream, from replay_options::peak_upstream_bytes
+  std::optional<std::size_t> peak_upstream_bytes{};
+  /// peak_upstream_bytes / peak_live_bytes (absent without a probe or when nothing was live)
+  std::optional<double> fragmentation{};
+  std::size_t failures{};                 ///< allocate calls that this resource failed (any row kind)
+  std::size_t log_failures{};             ///< `allocate failure` rows in the log
+  std::size_t log_failures_reproduced{};  ///< of those, how many this resource failed too
+  std::size_t unknown_frees{};            ///< frees of pointers not live in the log (never allocated, or freed twice)
+  std::size_t skipped_frees{};            ///< frees of blocks this resource had failed to allocate
+  std::size_t missing_frees{};            ///< allocations at an address still live: the older block was freed first
+  std::size_t live_at_end{};              ///< blocks still live after the last row, freed after the timed loop
+  std::size_t streams{};                  ///< distinct stream ids in the log
+};
+
+/**
+ * @brief Replays `log` against `resource` (see the file comment for what each row does).
+ * Thread-safety: runs on the calling thread; `resource` must not be used by others meanwhile, or the peak
+ * it reports includes their allocations.
+ * Stream-ordering: every allocation and free is issued on the stream its row names; nothing is waited for.
+ * @post every block the replay allocated has been deallocated.
+ * @throws gpumem::cuda_error if a stream cannot be created or the resource reports a backend failure (every
+ *         live block is freed first). An out-of-memory of the resource is counted, never thrown.
+ */
+[[nodiscard]] GPUMEM_EXPORT replay_result replay(allocation_log const& log, mr::device_memory_resource& resource,
+                                                 replay_options const& options = {});
+
+}  // namespace gpumem
