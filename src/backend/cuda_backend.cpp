@@ -319,6 +319,15 @@ class cuda_backend final : public backend {
     GPUMEM_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, stream));
   }
 
+  void mem_prefetch_async(void const* ptr, std::size_t bytes, int device, cudaStream_t stream) override
+  {
+    if (bytes == 0) { return; }
+    cudaMemLocation location{};
+    location.type = cudaMemLocationTypeDevice;
+    location.id = device;
+    GPUMEM_CUDA_TRY(cudaMemPrefetchAsync(ptr, bytes, location, 0 /*flags*/, stream));
+  }
+
   void stream_begin_capture(cudaStream_t stream, capture_mode mode) override
   {
     GPUMEM_CUDA_TRY(cudaStreamBeginCapture(stream, to_cuda(mode)));

@@ -166,6 +166,10 @@ class GPUMEM_EXPORT backend {
   // ---- copies and fills (stream-ordered) ------------------------------------------------------------
   virtual void memcpy_async(void* dst, void const* src, std::size_t bytes, cudaStream_t stream) = 0;
   virtual void memset_async(void* dst, int value, std::size_t bytes, cudaStream_t stream) = 0;
+  /// Migrates managed memory [ptr, ptr + bytes) to `device`, ordered on `stream` (a hint: the data stay valid
+  /// wherever they are). The host backend only checks the arguments and enqueues nothing of substance.
+  /// @throws cuda_error as cudaMemPrefetchAsync would (e.g. for an invalid stream or device).
+  virtual void mem_prefetch_async(void const* ptr, std::size_t bytes, int device, cudaStream_t stream) = 0;
 
   // ---- graphs ---------------------------------------------------------------------------------------
   virtual void stream_begin_capture(cudaStream_t stream, capture_mode mode) = 0;

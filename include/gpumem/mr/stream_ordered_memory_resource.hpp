@@ -83,6 +83,7 @@
 
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/debug_log.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/before_stream_destroy.hpp>
@@ -222,6 +223,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     lock.unlock();
     for (free_block const& chunk : whole) {
       upstream_->deallocate(to_pointer(chunk.address), chunk.size, cuda_stream_view{carrier.stream});
+      detail::log(log_level::info, [&] { return std::string{name_} + " returned " + format_bytes(chunk.size); });
     }
   }
 
@@ -574,6 +576,9 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
       if (chunk != nullptr) {
         try {
           add_chunk_locked(stream, chunk, attempt);
+          detail::log(log_level::info, [&] {
+            return std::string{name_} + " grew by " + format_bytes(attempt) + " to " + format_bytes(pool_size_);
+          });
         } catch (...) {
           lock.unlock();
           upstream_->deallocate(chunk, attempt, stream);
@@ -612,7 +617,10 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     std::vector<free_block> const whole = take_whole_chunks_locked(own);
     if (whole.empty()) { return; }
     lock.unlock();
-    for (free_block const& chunk : whole) { upstream_->deallocate(to_pointer(chunk.address), chunk.size, stream); }
+    for (free_block const& chunk : whole) {
+      upstream_->deallocate(to_pointer(chunk.address), chunk.size, stream);
+      detail::log(log_level::info, [&] { return std::string{name_} + " returned " + format_bytes(chunk.size); });
+    }
     lock.lock();
   }
 
@@ -635,6 +643,8 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
                           std::to_string(free_block_count_locked()) + " free blocks, largest free block " +
                           format_bytes(largest_locked()) + "; " + describe_policy();
     if (!cause.empty()) { details += "; " + cause; }
+    detail::log(log_level::warn,
+                [&] { return std::string{name_} + " failed to allocate " + format_bytes(bytes) + ": " + details; });
     throw_out_of_memory(name_, bytes, device_, details);
   }
 

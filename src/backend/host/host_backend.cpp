@@ -370,6 +370,16 @@ class host_backend final : public backend {
     submit(stream, [dst, value, bytes] { std::memset(dst, value, bytes); });
   }
 
+  void mem_prefetch_async(void const* ptr, std::size_t bytes, int device, cudaStream_t stream) override
+  {
+    if (bytes == 0) { return; }
+    if (ptr == nullptr) { fail(cudaErrorInvalidValue, "mem_prefetch_async: null pointer"); }
+    check_device(device);
+    // Host memory is where it is: the prefetch is an empty operation, enqueued so that the stream is
+    // validated and the call is ordered like cudaMemPrefetchAsync.
+    submit(stream, [] {});
+  }
+
   // ---- graphs ---------------------------------------------------------------------------------------
   void stream_begin_capture(cudaStream_t stream, capture_mode /*mode*/) override
   {

@@ -1,0 +1,55 @@
+/**
+ * @file prefetch_resource_adaptor.hpp
+ * An adaptor that prefetches every new allocation to the current device on the allocating stream (RMM's
+ * prefetch_resource_adaptor), so that managed memory is resident before the first kernel touches it
+ * instead of faulting its pages in one by one.
+ */
+#pragma once
+
+#include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/export.hpp>
+#include <gpumem/mr/device_memory_resource.hpp>
+
+#include <cstddef>
+
+namespace gpumem::mr {
+
+/**
+ * @brief Forwards to an upstream resource, and after each allocation enqueues a prefetch of the whole
+ * allocation to the calling thread's current device on the allocation's stream.
+ *
+ * The upstream must hand out memory that can be prefetched: managed memory (managed_memory_resource, or a
+ * pool over it) on a real GPU, where cudaMemPrefetchAsync rejects plain device memory. On the host backend
+ * the prefetch is an empty stream-ordered operation that checks its arguments.
+ *
+ * Thread-safety: as the upstream's (the adaptor has no state of its own).
+ * Stream-ordering: the prefetch is ordered on the allocation's stream, before any work the caller then
+ * submits to it; deallocation is the upstream's.
+ * Equality: equal to another prefetch_resource_adaptor whose upstream is equal to this one's.
+ */
+class GPUMEM_EXPORT prefetch_resource_adaptor final : public device_memory_resource {
+ public:
+  /** @throws gpumem::logic_error if `upstream` is null. */
+  explicit prefetch_resource_adaptor(device_memory_resource* upstream);
+  ~prefetch_resource_adaptor() override = default;
+  prefetch_resource_adaptor(prefetch_resource_adaptor const&) = delete;
+  prefetch_resource_adaptor(prefetch_resource_adaptor&&) = delete;
+  prefetch_resource_adaptor& operator=(prefetch_resource_adaptor const&) = delete;
+  prefetch_resource_adaptor& operator=(prefetch_resource_adaptor&&) = delete;
+
+  /** @return the resource this adaptor forwards to. */
+  [[nodiscard]] device_memory_resource* upstream_resource() const noexcept { return upstream_; }
+
+ private:
+  /**
+   * @throws what the upstream throws; gpumem::cuda_error if the prefetch cannot be enqueued (the
+   *         allocation is then given back first).
+   */
+  void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
+  void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
+  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
+
+  device_memory_resource* upstream_;
+};
+
+}  // namespace gpumem::mr

@@ -1,0 +1,91 @@
+/**
+ * @file tracking_resource_adaptor.hpp
+ * An adaptor that remembers every allocation still outstanding (size, stream, and optionally the call
+ * stack that made it), reports them on demand, and reports them to stderr as leaks when it is destroyed.
+ */
+#pragma once
+
+#include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/export.hpp>
+#include <gpumem/mr/device_memory_resource.hpp>
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace gpumem::mr {
+
+/**
+ * @brief Forwards to an upstream resource and tracks every outstanding allocation.
+ *
+ * Call stacks (capture_stacks = true) are captured with backtrace() (<execinfo.h>) and symbolised at once
+ * (C++23's <stacktrace> needs a newer standard than gpumem's C++20): an allocation then costs tens of
+ * microseconds, so capture stacks only to hunt a leak. Where neither is available the stack is empty.
+ *
+ * Invalid deallocations: deallocate is noexcept, so misuse cannot throw. A deallocation of a pointer the
+ * adaptor did not hand out (or already took back), or with a size other than the allocation's, is counted
+ * in invalid_deallocations(), described on stderr the first time only, and NOT forwarded: the upstream is
+ * never given a pointer or size it could corrupt itself with (RMM forwards). A known pointer given back with
+ * the wrong size therefore stays outstanding, and shows in the report.
+ *
+ * Thread-safety: all members may be called concurrently (one mutex guards the map; the upstream and stack
+ * capture run outside it).
+ * Stream-ordering: as the upstream's.
+ * Equality: equal to another tracking_resource_adaptor whose upstream is equal to this one's.
+ */
+class GPUMEM_EXPORT tracking_resource_adaptor final : public device_memory_resource {
+ public:
+  /** @brief An outstanding allocation. */
+  struct allocation_info {
+    std::size_t bytes{};
+    cuda_stream_view stream{};
+    std::string stack;  ///< one frame a line; empty unless stacks are captured
+  };
+
+  /**
+   * @param upstream       the resource to forward to.
+   * @param capture_stacks capture the call stack of every allocation (see the class comment).
+   * @throws gpumem::logic_error if `upstream` is null.
+   */
+  explicit tracking_resource_adaptor(device_memory_resource* upstream, bool capture_stacks = false);
+  /** @brief Writes report() to stderr (a leak report) if any allocation is still outstanding. */
+  ~tracking_resource_adaptor() override;
+  tracking_resource_adaptor(tracking_resource_adaptor const&) = delete;
+  tracking_resource_adaptor(tracking_resource_adaptor&&) = delete;
+  tracking_resource_adaptor& operator=(tracking_resource_adaptor const&) = delete;
+  tracking_resource_adaptor& operator=(tracking_resource_adaptor&&) = delete;
+
+  /** @return the bytes of all outstanding allocations, as requested. */
+  [[nodiscard]] std::size_t allocated_bytes() const noexcept;
+  /** @return a copy of the outstanding allocations, by pointer. */
+  [[nodiscard]] std::map<void*, allocation_info> outstanding_allocations() const;
+  /** @return the number of outstanding allocations. */
+  [[nodiscard]] std::size_t outstanding_count() const noexcept;
+  /** @return deallocations that were not forwarded (see the class comment). */
+  [[nodiscard]] std::size_t invalid_deallocations() const noexcept;
+  /**
+   * @return a human-readable list of the outstanding allocations: a summary line, then one line per
+   * allocation (pointer, size, stream) followed by its stack, if captured. "no outstanding allocations"
+   * when there are none.
+   */
+  [[nodiscard]] std::string report() const;
+  /** @return whether stacks are captured. */
+  [[nodiscard]] bool captures_stacks() const noexcept { return capture_stacks_; }
+  /** @return the resource this adaptor forwards to. */
+  [[nodiscard]] device_memory_resource* upstream_resource() const noexcept { return upstream_; }
+
+ private:
+  void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
+  void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
+  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
+
+  device_memory_resource* upstream_;
+  bool const capture_stacks_;
+  mutable std::mutex mutex_;
+  std::map<void*, allocation_info> outstanding_;  // guarded by mutex_
+  std::size_t allocated_bytes_{0};                // guarded by mutex_: sum of outstanding_'s bytes
+  std::size_t invalid_deallocations_{0};          // guarded by mutex_
+};
+
+}  // namespace gpumem::mr

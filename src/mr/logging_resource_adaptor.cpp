@@ -1,0 +1,219 @@
+// logging_resource_adaptor (logging_resource_adaptor.hpp): CSV rows in RMM's format, buffered under a mutex.
+
+#include <gpumem/error.hpp>
+#include <gpumem/mr/logging_resource_adaptor.hpp>
+
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <ostream>
+#include <thread>
+
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+// GCC 12/13 at -O2 report -Wstringop-overflow on the fixed row buffer below: they assume std::to_chars
+// may return `end` and then see the separator writes overflow. The row is 160 bytes and its longest
+// content (six numbers of at most 20 digits, two "0x", separators) is under 140, so it cannot.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
+
+namespace gpumem::mr {
+namespace {
+
+/// The calling thread's id as an integer: the kernel's id on Linux (what RMM's spdlog logs), else a hash.
+std::uint64_t current_thread_number() noexcept
+{
+  thread_local std::uint64_t const number = [] {
+#if defined(__linux__)
+    return static_cast<std::uint64_t>(::syscall(SYS_gettid));
+#else
+    return static_cast<std::uint64_t>(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+#endif
+  }();
+  return number;
+}
+
+std::unique_ptr<std::ostream> open_log_file(std::string const& filename)
+{
+  expects(!filename.empty(), "the log file name is empty");
+  auto file = std::make_unique<std::ofstream>(filename, std::ios::out | std::ios::trunc);
+  if (!file->is_open()) {
+    int const error = errno;
+    throw logic_error("logging_resource_adaptor: cannot open the log file '" + filename +
+                      "' for writing: " + std::strerror(error));
+  }
+  return file;
+}
+
+std::string log_file_from_environment()
+{
+  char const* const value = std::getenv(logging_resource_adaptor::log_file_environment_variable);
+  if (value == nullptr || *value == '\0') {
+    throw logic_error(std::string{"logging_resource_adaptor: no log destination: give a file name or a stream, "
+                                  "or set the environment variable "} +
+                      logging_resource_adaptor::log_file_environment_variable);
+  }
+  return value;
+}
+
+/// Appends `value` in decimal to [cursor, end); returns the new cursor.
+char* put_decimal(char* cursor, char* end, std::uint64_t value) noexcept
+{
+  return std::to_chars(cursor, end, value).ptr;
+}
+
+/// Appends "0x" and `value` in lower-case hexadecimal.
+char* put_hex(char* cursor, char* end, std::uintptr_t value) noexcept
+{
+  *cursor++ = '0';
+  *cursor++ = 'x';
+  return std::to_chars(cursor, end, value, 16).ptr;
+}
+
+char* put_text(char* cursor, std::string_view text) noexcept
+{
+  std::memcpy(cursor, text.data(), text.size());
+  return cursor + text.size();
+}
+
+}  // namespace
+
+logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstream, bool auto_flush)
+  : logging_resource_adaptor(upstream, log_file_from_environment(), auto_flush)
+{
+}
+
+logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstream, std::string const& filename,
+                                                   bool auto_flush)
+  : upstream_{upstream}, owned_stream_{(expects(upstream != nullptr, "upstream must not be null"),
+                                        open_log_file(filename))},
+    out_{owned_stream_.get()}, auto_flush_{auto_flush}
+{
+  buffer_.reserve(buffer_bytes + 256);
+  buffer_.append(header()).push_back('\n');
+  if (auto_flush_) { flush(); }
+}
+
+logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstream, std::ostream& stream,
+                                                   bool auto_flush)
+  : upstream_{upstream}, out_{&stream}, auto_flush_{auto_flush}
+{
+  expects(upstream != nullptr, "upstream must not be null");
+  buffer_.reserve(buffer_bytes + 256);
+  buffer_.append(header()).push_back('\n');
+  if (auto_flush_) { flush(); }
+}
+
+logging_resource_adaptor::~logging_resource_adaptor() { flush(); }
+
+void logging_resource_adaptor::flush() noexcept
+{
+  std::lock_guard const lock{mutex_};
+  write_buffer_locked();
+  try {
+    out_->flush();
+  } catch (...) {  // a stream with exceptions enabled: the log is best effort
+  }
+}
+
+void logging_resource_adaptor::write_buffer_locked() noexcept
+{
+  if (buffer_.empty()) { return; }
+  try {
+    out_->write(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
+  } catch (...) {  // see flush()
+  }
+  buffer_.clear();
+}
+
+void* logging_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view stream)
+{
+  void* ptr = nullptr;
+  try {
+    ptr = upstream_->allocate(bytes, stream);
+  } catch (...) {
+    log("allocate failure", nullptr, bytes, stream);
+    throw;
+  }
+  log("allocate", ptr, bytes, stream);
+  return ptr;
+}
+
+void logging_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept
+{
+  // Logged before the memory goes back, so that a replay never sees an address reused before its free.
+  log("free", ptr, bytes, stream);
+  upstream_->deallocate(ptr, bytes, stream);
+}
+
+bool logging_resource_adaptor::do_is_equal(device_memory_resource const& other) const noexcept
+{
+  auto const* const same = dynamic_cast<logging_resource_adaptor const*>(&other);
+  return same != nullptr && upstream_->is_equal(*same->upstream_);
+}
+
+void logging_resource_adaptor::log(std::string_view action, void const* ptr, std::size_t bytes,
+                                   cuda_stream_view stream) noexcept
+{
+  // Everything but the time is formatted before taking the lock; the time is read under it, so that the
+  // rows of the file are in time order.
+  std::array<char, 160> row{};  // 20 + 16 + 16 + 18 + 20 + 18 digits and separators fit easily
+  char* const end = row.data() + row.size();
+  char* cursor = put_decimal(row.data(), end, current_thread_number());
+  *cursor++ = ',';
+  char* const time_at = cursor;
+  cursor += 15;  // "HH:MM:SS.ffffff", filled in under the lock
+  *cursor++ = ',';
+  cursor = put_text(cursor, action);
+  *cursor++ = ',';
+  cursor = put_hex(cursor, end, reinterpret_cast<std::uintptr_t>(ptr));
+  *cursor++ = ',';
+  cursor = put_decimal(cursor, end, bytes);
+  *cursor++ = ',';
+  cursor = put_hex(cursor, end, reinterpret_cast<std::uintptr_t>(stream.value()));
+  *cursor++ = '\n';
+
+  std::lock_guard const lock{mutex_};
+  auto const now = std::chrono::system_clock::now();
+  auto const since_epoch = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
+  std::time_t const second = static_cast<std::time_t>(since_epoch / 1'000'000);
+  auto const micro = static_cast<std::uint64_t>(since_epoch % 1'000'000);
+  if (second != cached_second_) {  // localtime_r takes a lock in libc: once a second is enough
+    std::tm local{};
+    if (::localtime_r(&second, &local) == nullptr) { local = std::tm{}; }
+    std::snprintf(cached_clock_.data(), cached_clock_.size(), "%02d:%02d:%02d", local.tm_hour, local.tm_min,
+                  local.tm_sec);
+    cached_second_ = second;
+  }
+  std::memcpy(time_at, cached_clock_.data(), 8);
+  time_at[8] = '.';
+  std::uint64_t rest = micro;
+  for (int digit = 14; digit >= 9; --digit) {
+    time_at[digit] = static_cast<char>('0' + rest % 10);
+    rest /= 10;
+  }
+  buffer_.append(row.data(), static_cast<std::size_t>(cursor - row.data()));
+  if (auto_flush_) {
+    write_buffer_locked();
+    try {
+      out_->flush();
+    } catch (...) {  // see flush()
+    }
+  } else if (buffer_.size() >= buffer_bytes) {
+    write_buffer_locked();
+  }
+}
+
+}  // namespace gpumem::mr

@@ -1,0 +1,153 @@
+// tracking_resource_adaptor (tracking_resource_adaptor.hpp): a map of outstanding allocations under a mutex,
+// with optional call stacks from backtrace().
+
+#include <gpumem/error.hpp>
+#include <gpumem/mr/tracking_resource_adaptor.hpp>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#if __has_include(<execinfo.h>)
+#include <execinfo.h>
+#define GPUMEM_HAS_EXECINFO 1
+#endif
+
+namespace gpumem::mr {
+namespace {
+
+/// The calling stack, one frame a line, without this function and the adaptor's own frames.
+std::string capture_stack()
+{
+#ifdef GPUMEM_HAS_EXECINFO
+  constexpr int skipped = 2;  // capture_stack, do_allocate
+  std::array<void*, 64> frames{};
+  int const depth = ::backtrace(frames.data(), static_cast<int>(frames.size()));
+  char** const symbols = ::backtrace_symbols(frames.data(), depth);
+  if (symbols == nullptr) { return {}; }
+  std::string stack;
+  for (int i = skipped; i < depth; ++i) {
+    stack += "    #" + std::to_string(i - skipped) + " " + symbols[i] + "\n";
+  }
+  std::free(symbols);  // NOLINT(cppcoreguidelines-no-malloc): backtrace_symbols' contract
+  return stack;
+#else
+  return {};
+#endif
+}
+
+}  // namespace
+
+tracking_resource_adaptor::tracking_resource_adaptor(device_memory_resource* upstream, bool capture_stacks)
+  : upstream_{upstream}, capture_stacks_{capture_stacks}
+{
+  expects(upstream != nullptr, "upstream must not be null");
+}
+
+tracking_resource_adaptor::~tracking_resource_adaptor()
+{
+  try {
+    if (outstanding_count() == 0) { return; }
+    std::string const text = "gpumem: tracking_resource_adaptor destroyed with outstanding allocations (leaks): " +
+                             report();
+    std::fputs(text.c_str(), stderr);
+  } catch (...) {  // a destructor must not throw; the report is best effort
+  }
+}
+
+std::size_t tracking_resource_adaptor::allocated_bytes() const noexcept
+{
+  std::lock_guard const lock{mutex_};
+  return allocated_bytes_;
+}
+
+std::map<void*, tracking_resource_adaptor::allocation_info> tracking_resource_adaptor::outstanding_allocations() const
+{
+  std::lock_guard const lock{mutex_};
+  return outstanding_;
+}
+
+std::size_t tracking_resource_adaptor::outstanding_count() const noexcept
+{
+  std::lock_guard const lock{mutex_};
+  return outstanding_.size();
+}
+
+std::size_t tracking_resource_adaptor::invalid_deallocations() const noexcept
+{
+  std::lock_guard const lock{mutex_};
+  return invalid_deallocations_;
+}
+
+std::string tracking_resource_adaptor::report() const
+{
+  std::map<void*, allocation_info> const snapshot = outstanding_allocations();
+  if (snapshot.empty()) { return "no outstanding allocations\n"; }
+  std::size_t total = 0;
+  for (auto const& [ptr, info] : snapshot) { total += info.bytes; }
+  std::ostringstream text;
+  text << snapshot.size() << " outstanding allocation" << (snapshot.size() == 1 ? "" : "s") << ", "
+       << format_bytes(total) << " in all:\n";
+  for (auto const& [ptr, info] : snapshot) {
+    text << "  " << format_pointer(ptr) << ": " << info.bytes << " bytes on stream "
+         << format_pointer(info.stream.value()) << "\n"
+         << info.stack;
+  }
+  return text.str();
+}
+
+void* tracking_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view stream)
+{
+  allocation_info info{bytes, stream, capture_stacks_ ? capture_stack() : std::string{}};
+  void* const ptr = upstream_->allocate(bytes, stream);
+  try {
+    std::lock_guard const lock{mutex_};
+    outstanding_.insert_or_assign(ptr, std::move(info));
+    allocated_bytes_ += bytes;
+  } catch (...) {
+    upstream_->deallocate(ptr, bytes, stream);
+    throw;
+  }
+  return ptr;
+}
+
+void tracking_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept
+{
+  bool first_invalid = false;
+  std::size_t known_bytes = 0;
+  {
+    std::lock_guard const lock{mutex_};
+    auto const it = outstanding_.find(ptr);
+    if (it != outstanding_.end() && it->second.bytes == bytes) {
+      allocated_bytes_ -= bytes;
+      outstanding_.erase(it);  // before the upstream may hand the same address to another thread
+    } else {
+      known_bytes = it == outstanding_.end() ? 0 : it->second.bytes;
+      first_invalid = ++invalid_deallocations_ == 1;
+      if (!first_invalid) { return; }
+    }
+  }
+  if (first_invalid) {
+    try {
+      std::string const what =
+        known_bytes == 0 ? "a pointer it did not hand out (or already took back)"
+                         : "an allocation of " + std::to_string(known_bytes) + " bytes with the wrong size";
+      std::fprintf(stderr,
+                   "gpumem: tracking_resource_adaptor: invalid deallocation of %s: %s, %zu bytes; not forwarded "
+                   "(further invalid deallocations are only counted)\n",
+                   what.c_str(), format_pointer(ptr).c_str(), bytes);
+    } catch (...) {  // deallocate must not throw; the message is best effort
+    }
+    return;
+  }
+  upstream_->deallocate(ptr, bytes, stream);
+}
+
+bool tracking_resource_adaptor::do_is_equal(device_memory_resource const& other) const noexcept
+{
+  auto const* const same = dynamic_cast<tracking_resource_adaptor const*>(&other);
+  return same != nullptr && upstream_->is_equal(*same->upstream_);
+}
+
+}  // namespace gpumem::mr
