@@ -29,4 +29,12 @@ int run_demo(std::span<std::string_view const> args, std::ostream& out);
 /// failures and unknown frees (docs/formats.md).
 int run_replay(std::span<std::string_view const> args, std::ostream& out);
 
+/// `gpumem report LOG [--resource a,b] [--simulate] [-o FILE]`: replays one log against resources and writes a
+/// self-contained HTML page with plots (report/html_report.hpp).
+int run_report(std::span<std::string_view const> args, std::ostream& out);
+
+/// `gpumem bench [--workload LIST] [--resource LIST] [--repeat N] [--quick] [--csv]`: shared/BENCHMARKS.md's
+/// allocation workloads (bench/workload.hpp) on resources by name; a table, or CSV.
+int run_bench(std::span<std::string_view const> args, std::ostream& out);
+
 }  // namespace gpumem::cli

@@ -56,6 +56,8 @@ int main(int argc, char** argv)
     if (command == "info") { return gpumem::cli::run_info(rest, std::cout); }
     if (command == "demo") { return gpumem::cli::run_demo(rest, std::cout); }
     if (command == "replay") { return gpumem::cli::run_replay(rest, std::cout); }
+    if (command == "report") { return gpumem::cli::run_report(rest, std::cout); }
+    if (command == "bench") { return gpumem::cli::run_bench(rest, std::cout); }
     std::cerr << "gpumem: unknown command '" << command << "'\n\n" << usage;
     return gpumem::cli::exit_usage;
   } catch (gpumem::cli::usage_error const& e) {

@@ -8,7 +8,9 @@
 #   bash scripts/bench.sh                  # full: 5 repetitions, medians (GPU: several minutes)
 #   bash scripts/bench.sh --quick          # GPU session budget: 3 repetitions, 0.05 s minimum per benchmark
 #   bash scripts/bench.sh -- --resource=cuda_async_default,pool --benchmark_filter='^fixed/'
-#                                          # anything after -- goes to gpumem_bench_alloc
+#                                          # anything after -- goes to the benchmark executable
+#   bash scripts/bench.sh --suite adaptors # the adaptor overheads (gpumem_bench_adaptors) instead: each
+#                                          # adaptor around a pool, its base `none` first in the same run
 #
 # Environment: OUT (default build/bench): where the results go; GPUMEM_BENCH_BUILD (default
 # build/bench-release): the build tree; GPUMEM_JOBS: build parallelism (default: every core);
@@ -16,23 +18,31 @@
 #
 # Steps: configure + build (Release, benchmarks on, tests/CLI off); environment record; a --smoke run on the
 # chosen backend (verifies every resource quickly: a failure stops here); the full run; the table.
-# Output in $OUT: env.txt, smoke.log, alloc.log, alloc.json (Google Benchmark JSON), alloc.md (table).
+# Output in $OUT: env.txt, smoke.log, SUITE.log, SUITE.json (Google Benchmark JSON), SUITE.md (table), with
+# SUITE alloc or adaptors.
 # Exits non-zero if any step or any benchmark failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 quick=0
+suite=alloc
 extra=()
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
+    --suite) shift; suite=${1:-} ;;
     --) shift; extra=("$@"); break ;;
-    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 
+case $suite in
+  alloc) peer=cuda_async_default ;;
+  adaptors) peer=none ;;
+  *) echo "bench.sh: --suite must be alloc or adaptors, not '$suite'" >&2; exit 2 ;;
+esac
 out=${OUT:-build/bench}
 build=${GPUMEM_BENCH_BUILD:-build/bench-release}
 jobs=${GPUMEM_JOBS:-$(nproc 2>/dev/null || echo 2)}
@@ -51,8 +61,8 @@ step() { printf '\n==== %s\n' "$*"; }
 step "configure + build ($build, $jobs jobs)"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPUMEM_BUILD_BENCHMARKS=ON \
   -DGPUMEM_BUILD_TESTS=OFF -DGPUMEM_BUILD_CLI=OFF -DGPUMEM_WARNINGS_AS_ERRORS=OFF >/dev/null
-timeout 600 cmake --build "$build" --parallel "$jobs" --target gpumem_bench_alloc
-bin=$build/benchmarks/gpumem_bench_alloc
+timeout 600 cmake --build "$build" --parallel "$jobs" --target "gpumem_bench_$suite"
+bin=$build/benchmarks/gpumem_bench_$suite
 
 step "environment"
 {
@@ -66,24 +76,31 @@ step "environment"
   else
     echo "nvidia-smi: not found (host backend figures are not GPU figures)"
   fi
-  "$bin" --list
+  if [[ $suite == alloc ]]; then "$bin" --list; else "$bin" --list-adaptors; fi
 } 2>&1 | tee "$out/env.txt"
 
 step "smoke run (every allocation verified)"
-timeout 300 "$bin" --smoke --resource="${GPUMEM_BENCH_RESOURCES:-$("$bin" --list | cut -d' ' -f1 | paste -sd, -)}" \
-  "${extra[@]}" >"$out/smoke.log" 2>&1 || { cat "$out/smoke.log"; echo "bench.sh: smoke run failed" >&2; exit 1; }
+if [[ $suite == alloc ]]; then
+  smoke_flags=(--resource="${GPUMEM_BENCH_RESOURCES:-$("$bin" --list | cut -d' ' -f1 | paste -sd, -)}")
+else
+  smoke_flags=()
+fi
+timeout 300 "$bin" --smoke "${smoke_flags[@]}" "${extra[@]}" >"$out/smoke.log" 2>&1 ||
+  { cat "$out/smoke.log"; echo "bench.sh: smoke run failed" >&2; exit 1; }
 echo "passed"
 
 step "benchmarks: ${run_flags[*]} ${extra[*]}"
 command_line="bash scripts/bench.sh"
+[[ $suite != alloc ]] && command_line+=" --suite $suite"
 ((quick)) && command_line+=" --quick"
 ((${#extra[@]})) && command_line+=" -- ${extra[*]}"
 status=0
-timeout 3600 "$bin" "${run_flags[@]}" --benchmark_out="$out/alloc.json" --benchmark_out_format=json \
-  "${extra[@]}" 2>&1 | tee "$out/alloc.log" || status=$?
+timeout 3600 "$bin" "${run_flags[@]}" --benchmark_out="$out/$suite.json" --benchmark_out_format=json \
+  "${extra[@]}" 2>&1 | tee "$out/$suite.log" || status=$?
 
-step "table ($out/alloc.md)"
-python3 scripts/bench_table.py "$out/alloc.json" --command "$command_line" | tee "$out/alloc.md" || status=1
+step "table ($out/$suite.md)"
+python3 scripts/bench_table.py "$out/$suite.json" --command "$command_line" --peer "$peer" | tee "$out/$suite.md" ||
+  status=1
 
 step "done in $((SECONDS - start)) s: $out (status $status)"
 exit "$status"

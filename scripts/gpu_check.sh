@@ -6,7 +6,8 @@
 #
 # Steps: configure + build a release tree in build/gpu with every core (sm_90); nvidia-smi -L; the whole
 # ctest suite with GPUMEM_BACKEND unset (host.* tests on the host backend, gpu.* on the GPU); the gtest
-# binary under compute-sanitizer memcheck with leak checking on the cuda backend; `gpumem info` and
+# binaries (gpumem_tests, gpumem_thrust_tests) under compute-sanitizer memcheck with leak checking on the
+# cuda backend; `gpumem info` and
 # `gpumem demo` on the GPU. Logs go to "${OUT:-/tmp/gpumem-out}" (8 files, flat names); a summary table
 # ends the output. Exits non-zero if any step failed.
 #
@@ -85,6 +86,10 @@ if ((build_ok)); then
     # checks every CUDA call's result itself (a failure is a cuda_error, which the tests catch or fail on).
     run_step memcheck memcheck.log timeout 300 env GPUMEM_BACKEND=cuda "$sanitizer" --tool memcheck --leak-check full \
       --report-api-errors no --error-exitcode 1 "$build/tests/gpumem_tests"
+    if [[ -x $build/tests/gpumem_thrust_tests ]]; then
+      run_step "memcheck thrust" memcheck.log timeout 300 env GPUMEM_BACKEND=cuda "$sanitizer" --tool memcheck \
+        --leak-check full --report-api-errors no --error-exitcode 1 "$build/tests/gpumem_thrust_tests"
+    fi
   else
     echo "compute-sanitizer not found" | tee -a "$out/memcheck.log"; step_names+=(memcheck)
     step_seconds+=(0) step_logs+=(memcheck.log) step_results+=("FAIL(missing)"); failed=1
@@ -103,8 +108,8 @@ fi
   done
   tests_line=$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)
   [[ -n $tests_line ]] && echo "ctest: $tests_line"
-  memcheck_line=$(grep -E 'ERROR SUMMARY' "$out/memcheck.log" | tail -1)
-  [[ -n $memcheck_line ]] && echo "memcheck: $memcheck_line"
+  grep -E 'ERROR SUMMARY' "$out/memcheck.log" | sed 's/^/memcheck: /'
+
   if ((failed)); then echo "RESULT: FAILED"; else echo "RESULT: PASSED"; fi
   echo "logs: $out"
 } | tee "$out/summary.txt"

@@ -4,6 +4,8 @@
 # with no network, such as the GPU machine). Run as root, or with sudo available.
 #
 #   bash scripts/setup_deps.sh            # C++ toolchain and test libraries
+#   GPUMEM_DEPS_TESTS=1 bash scripts/setup_deps.sh    # also what only the tests need (Chromium, which
+#                                                     # renders `gpumem report` pages in report.chromium)
 #   GPUMEM_DEPS_PYTHON=1 bash scripts/setup_deps.sh   # also the Python build/test packages
 #   GPUMEM_DEPS_EXTRA="valgrind" bash scripts/setup_deps.sh   # and any other packages
 #
@@ -43,6 +45,7 @@ present() {
     libbenchmark-dev) has_header benchmark/benchmark.h && has_lib benchmark ;;
     zlib1g-dev)       has_header zlib.h && has_lib z ;;
     python3)          command -v python3 >/dev/null ;;
+    chromium)         command -v chromium >/dev/null || command -v chromium-browser >/dev/null ;;
     python3-dev)      python3 -c 'import sysconfig,os,sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"],"Python.h")))' 2>/dev/null ;;
     python3-pip)      python3 -m pip --version >/dev/null 2>&1 ;;
     python3-venv)     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 ;;
@@ -52,6 +55,9 @@ present() {
 
 # zlib1g-dev: gzip-compressed allocation logs (optional to the build: without it, `gzip -dc` is used).
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev googletest libbenchmark-dev zlib1g-dev)
+if [[ ${GPUMEM_DEPS_TESTS:-0} == 1 ]]; then
+  packages+=(python3 chromium)
+fi
 if [[ ${GPUMEM_DEPS_PYTHON:-0} == 1 ]]; then
   packages+=(python3 python3-dev python3-pip python3-venv)
 fi

@@ -46,6 +46,12 @@ class watchdog_scope {
   watchdog_scope& operator=(watchdog_scope const&) = delete;
 };
 
+/** @brief Applies the options every registered benchmark shares (--min-time). */
+inline void apply_common(benchmark::internal::Benchmark* b, options const& o)
+{
+  if (o.min_time) { b->MinTime(*o.min_time); }
+}
+
 /**
  * @brief Parses gpumem's flags out of argv (compacting it for benchmark::Initialize).
  * @return an exit code when the program should stop now (after --list or --help, or on a bad flag, which

@@ -1,7 +1,13 @@
-// `gpumem demo`: one stream-ordered round trip through the current device resource, each step timed with
-// events: allocate two device_uvector<int32_t>, fill one from the host, memset the other, copy both back,
-// verify every element, deallocate. Exit status 1 on any mismatch.
+// `gpumem demo`: what gpumem does, in two parts.
+// 1. One stream-ordered round trip through the current device resource, each step timed with events:
+//    allocate two device_uvector<int32_t>, fill one from the host, memset the other, copy both back, verify
+//    every element, deallocate. Exit status 1 on any mismatch.
+// 2. The bundled allocation log of a real GPU program (data/logs/, recorded with logging_resource_adaptor)
+//    replayed against every resource, printed as a table and written as the HTML report of `gpumem report`.
 #include "commands.hpp"
+#include "compact_bytes.hpp"
+#include "report_builder.hpp"
+#include "resource_selection.hpp"
 
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/buffer/device_uvector.hpp>
@@ -10,11 +16,14 @@
 #include <gpumem/error.hpp>
 #include <gpumem/event.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
+#include <gpumem/replay/allocation_log.hpp>
+#include <gpumem/report/html_report.hpp>
 
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -34,21 +43,57 @@ constexpr std::int32_t pattern(std::size_t i) noexcept
   return static_cast<std::int32_t>(static_cast<std::uint32_t>(i) * 2654435761U);
 }
 
-std::size_t parse_elements(std::span<std::string_view const> args)
+/// The log `gpumem demo` replays: recorded from examples/thrust_pipeline on an H200 (docs/formats.md).
+constexpr char const* bundled_log_name = "logs/thrust_pipeline.csv.gz";
+
+struct demo_command {
+  std::size_t elements{default_elements};
+  std::optional<std::string> log;       // default: the bundled log
+  std::string report{"gpumem-demo-report.html"};
+  bool simulate{false};
+};
+
+demo_command parse(std::span<std::string_view const> args)
 {
-  std::size_t elements = default_elements;
+  demo_command c;
   for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--elements" && i + 1 < args.size()) {
-      std::string_view const text = args[++i];
-      auto const [end, error] = std::from_chars(text.data(), text.data() + text.size(), elements);
-      if (error != std::errc{} || end != text.data() + text.size() || elements == 0) {
+    std::string_view const a = args[i];
+    auto const value = [&] {
+      if (i + 1 == args.size()) { throw usage_error("demo: " + std::string{a} + " needs a value"); }
+      return args[++i];
+    };
+    if (a == "--elements") {
+      std::string_view const text = value();
+      auto const [end, error] = std::from_chars(text.data(), text.data() + text.size(), c.elements);
+      if (error != std::errc{} || end != text.data() + text.size() || c.elements == 0) {
         throw usage_error("--elements needs a positive integer, not '" + std::string{text} + "'");
       }
+    } else if (a == "--log") {
+      c.log = std::string{value()};
+    } else if (a == "--report" || a == "-o") {
+      c.report = std::string{value()};
+    } else if (a == "--simulate") {
+      c.simulate = true;
     } else {
-      throw usage_error("demo: unexpected argument '" + std::string{args[i]} + "'");
+      throw usage_error("demo: unexpected argument '" + std::string{a} + "'");
     }
   }
-  return elements;
+  return c;
+}
+
+/// The bundled log: in the source tree's data/ (a build tree), else where `cmake --install` put it.
+std::string find_bundled_log()
+{
+  std::vector<std::filesystem::path> const candidates{
+    std::filesystem::path{GPUMEM_SOURCE_DATA_DIR} / bundled_log_name,
+    std::filesystem::path{GPUMEM_INSTALL_DATA_DIR} / bundled_log_name};
+  std::string searched;
+  for (auto const& path : candidates) {
+    if (std::filesystem::is_regular_file(path)) { return path.string(); }
+    searched += (searched.empty() ? "" : ", ") + path.string();
+  }
+  throw logic_error("demo: the bundled allocation log is missing (looked at " + searched +
+                    "); give one with --log FILE");
 }
 
 /// Times one step on `stream` with a pair of events and prints "  <what> ... <ms> ms [<GB/s>]".
@@ -91,17 +136,15 @@ std::optional<std::size_t> first_mismatch(std::vector<std::int32_t> const& got, 
   return std::nullopt;
 }
 
-}  // namespace
-
-int run_demo(std::span<std::string_view const> args, std::ostream& out)
+/// Part 1: the round trip. @return true when every element came back as written.
+bool round_trip(std::size_t elements, std::ostream& out)
 {
-  std::size_t const elements = parse_elements(args);
   std::size_t const bytes = elements * sizeof(std::int32_t);
   auto& backend = detail::get_backend();
   mr::device_memory_resource* const resource = mr::get_current_device_resource();
   cuda_device_id const device = get_current_cuda_device();
 
-  out << "gpumem demo\n"
+  out << "== 1. a stream-ordered round trip through the current device resource\n"
       << "backend: " << to_string(backend.kind()) << ", device " << device.value() << " ("
       << get_device_properties(device).name << ")\n"
       << "buffers: 2 x " << elements << " int32 = 2 x " << format_bytes(bytes) << '\n'
@@ -145,12 +188,40 @@ int run_demo(std::span<std::string_view const> args, std::ostream& out)
     out << "MISMATCH in b at element " << *bad << ": got " << b_back[*bad] << ", expected " << fill_value << '\n';
     ok = false;
   }
+  if (ok) { out << "verified " << 2 * elements << " elements (" << elements << " in a, " << elements << " in b)\n"; }
+  return ok;
+}
+
+/// Part 2: the replay of a real program's log, and its report.
+void replay_and_report(demo_command const& c, std::string const& command, std::ostream& out)
+{
+  std::string const path = c.log ? *c.log : find_bundled_log();
+  allocation_log const log = read_allocation_log(path);
+  out << "\n== 2. a real program's allocations replayed against every resource\n"
+      << "log: " << path << " (" << log.events.size() << " events, peak live " << compact_bytes(peak_live_bytes(log))
+      << (c.simulate ? "; simulated upstream" : "") << ")\n";
+  std::vector<std::string> const resources = select_replay_resources(std::nullopt, c.simulate, "demo");
+  report_input const input = build_report(log, resources, c.simulate, command, out);
+  write_html_report(c.report, input);
+  out << "ratio = peak bytes taken from the device / peak bytes the program had live (1.000 is no waste)\n"
+      << "wrote the report: " << std::filesystem::absolute(c.report).string() << " (open it in a browser)\n";
+}
+
+}  // namespace
+
+int run_demo(std::span<std::string_view const> args, std::ostream& out)
+{
+  demo_command const c = parse(args);
+  std::string command = "gpumem demo";
+  for (std::string_view const a : args) { command += " " + std::string{a}; }
+  out << "gpumem demo\n";
+  bool const ok = round_trip(c.elements, out);
+  replay_and_report(c, command, out);
   if (!ok) {
     out << "demo FAILED\n";
     return 1;
   }
-  out << "verified " << 2 * elements << " elements (" << elements << " in a, " << elements << " in b)\n"
-      << "demo passed\n";
+  out << "demo passed\n";
   return 0;
 }
 

@@ -3,6 +3,9 @@
 // resources are the library's (replay/allocation_log.hpp, replay/replay.hpp, replay/replay_resource.hpp);
 // this file parses the command line and formats the results.
 #include "commands.hpp"
+#include "compact_bytes.hpp"
+#include "progress_bar.hpp"
+#include "resource_selection.hpp"
 
 #include <gpumem/replay/allocation_log.hpp>
 #include <gpumem/replay/replay.hpp>
@@ -23,8 +26,6 @@
 #include <utility>
 #include <vector>
 
-#include <unistd.h>
-
 namespace gpumem::cli {
 namespace {
 
@@ -34,30 +35,6 @@ struct replay_command {
   bool simulate{false};
   bool csv{false};
 };
-
-std::vector<std::string> parse_resources(std::string_view list, bool simulate)
-{
-  std::vector<std::string> names;
-  while (!list.empty()) {
-    std::size_t const comma = list.find(',');
-    std::string_view const name = list.substr(0, comma);
-    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-    if (name.empty()) { continue; }
-    replay_resource_info const* const info = find_replay_resource(name);
-    if (info == nullptr) {
-      throw usage_error("replay: unknown resource '" + std::string{name} + "'; valid resources: " +
-                        replay_resource_names());
-    }
-    if (simulate && !info->simulatable) {
-      throw usage_error("replay: resource '" + std::string{name} +
-                        "' allocates real device memory and cannot be simulated; with --simulate use: " +
-                        replay_resource_names(true));
-    }
-    if (std::find(names.begin(), names.end(), name) == names.end()) { names.emplace_back(name); }
-  }
-  if (names.empty()) { throw usage_error("replay: --resource names no resource; valid resources: " + replay_resource_names()); }
-  return names;
-}
 
 replay_command parse(std::span<std::string_view const> args)
 {
@@ -81,61 +58,9 @@ replay_command parse(std::span<std::string_view const> args)
     }
   }
   if (c.logs.empty()) { throw usage_error("replay: no log file given"); }
-  if (resource_list) {
-    c.resources = parse_resources(*resource_list, c.simulate);
-  } else {
-    for (auto const& info : replay_resources()) {
-      if (!c.simulate || info.simulatable) { c.resources.emplace_back(info.name); }
-    }
-  }
+  c.resources = select_replay_resources(resource_list, c.simulate, "replay");
   return c;
 }
-
-/// Bytes as "8.74 GiB" (table cells; --csv prints exact bytes).
-std::string compact_bytes(std::size_t bytes)
-{
-  constexpr std::array<char const*, 5> units{"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  std::size_t unit = 0;
-  while (value >= 1024.0 && unit + 1 < units.size()) {
-    value /= 1024.0;
-    ++unit;
-  }
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(unit == 0 ? 0 : 2) << value << ' ' << units[unit];
-  return s.str();
-}
-
-/// A one-line percentage on stderr, redrawn in place; only when stderr is a terminal.
-class progress_line {
- public:
-  explicit progress_line(std::string label) : label_{std::move(label)}, enabled_{::isatty(STDERR_FILENO) == 1} {}
-  ~progress_line() { clear(); }
-  progress_line(progress_line const&) = delete;
-  progress_line& operator=(progress_line const&) = delete;
-
-  /// Erases the line, so that what follows on the terminal starts clean.
-  void clear() noexcept
-  {
-    if (drawn_) { std::fputs("\r\033[K", stderr); }
-    drawn_ = false;
-  }
-
-  std::function<void(double)> callback()
-  {
-    if (!enabled_) { return {}; }
-    return [this](double fraction) {
-      std::fprintf(stderr, "\r  replaying %s: %3d%%", label_.c_str(), static_cast<int>(fraction * 100.0));
-      std::fflush(stderr);
-      drawn_ = true;
-    };
-  }
-
- private:
-  std::string label_;
-  bool enabled_;
-  bool drawn_{false};
-};
 
 void print_table_header(std::ostream& out)
 {
@@ -163,7 +88,7 @@ int run_replay(std::span<std::string_view const> args, std::ostream& out)
     bool any_upfront = false;
     for (std::string const& name : c.resources) {
       replay_resource r = make_replay_resource(name, {.simulate = c.simulate});
-      progress_line progress{path + " on " + name};
+      progress_bar progress{path + " on " + name};
       replay_result const result = replay(log, r, {.progress = progress.callback()});
       progress.clear();
       any_upfront = any_upfront || r.reserves_upfront();

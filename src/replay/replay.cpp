@@ -7,6 +7,7 @@
 #include <gpumem/error.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -33,6 +34,7 @@ struct op {
 /// What the timed loop needs: operations, and per slot the size and stream it was allocated with.
 struct plan {
   std::vector<op> ops;
+  std::vector<std::int64_t> op_time_ns;    // ops[i]'s log row's time (for timelines)
   std::vector<cuda_stream_view> streams;
   std::vector<cuda_stream> owned_streams;  // the log's non-default streams; destroyed after the replay
   std::vector<std::size_t> slot_size;
@@ -47,6 +49,7 @@ struct plan {
 {
   plan p;
   p.ops.reserve(log.events.size());
+  p.op_time_ns.reserve(log.events.size());
   std::unordered_map<std::uintptr_t, std::uint32_t> stream_index;
   auto const stream_of = [&](std::uintptr_t id) -> std::uint32_t {
     auto const [it, inserted] = stream_index.try_emplace(id, static_cast<std::uint32_t>(p.streams.size()));
@@ -101,6 +104,7 @@ struct plan {
         p.ops.push_back(op{e.size, 0, stream, op_kind::probe_failure});
         break;
     }
+    p.op_time_ns.resize(p.ops.size(), e.time_ns);  // the operations this row added happen at its time
   }
   p.live_at_end.reserve(live.size());
   for (auto const& [pointer, slot] : live) { p.live_at_end.push_back(slot); }
@@ -141,58 +145,92 @@ replay_result replay(allocation_log const& log, mr::device_memory_resource& reso
   };
 
   std::size_t const total = p.ops.size();
-  std::size_t const steps = std::max<std::size_t>(options.progress ? options.progress_steps : 1, 1);
-  std::size_t const chunk = std::max<std::size_t>(total / steps, 1);
-  std::chrono::steady_clock::duration elapsed{};
   std::size_t allocations = 0;
   std::size_t deallocations = 0;
   std::size_t failures = 0;
   std::size_t reproduced = 0;
   std::size_t skipped = 0;
+  std::size_t live_bytes = 0;  // what the replay holds from the resource (kept only for timelines)
 
+  // One operation of the plan; everything the timed loops do besides reading the clock.
+  auto const execute = [&](op const& o) {
+    cuda_stream_view const stream = p.streams[o.stream];
+    switch (o.kind) {
+      case op_kind::allocate:
+        ++allocations;
+        try {
+          slots[o.slot] = resource.allocate(o.size, stream);
+          live_bytes += o.size;
+        } catch (bad_alloc const&) {
+          ++failures;
+          slots[o.slot] = failed;
+        }
+        break;
+      case op_kind::deallocate: {
+        void* const ptr = slots[o.slot];
+        slots[o.slot] = nullptr;
+        if (ptr == failed) {
+          ++skipped;
+          break;
+        }
+        ++deallocations;
+        live_bytes -= o.size;
+        resource.deallocate(ptr, o.size, stream);
+        break;
+      }
+      case op_kind::probe_failure:
+        ++allocations;
+        try {
+          void* const ptr = resource.allocate(o.size, stream);
+          ++deallocations;
+          resource.deallocate(ptr, o.size, stream);
+        } catch (bad_alloc const&) {
+          ++failures;
+          ++reproduced;
+        }
+        break;
+    }
+  };
+
+  std::chrono::steady_clock::duration elapsed{};
   try {
-    for (std::size_t begin = 0; begin < total; begin += chunk) {
-      std::size_t const end = std::min(begin + chunk, total);
-      auto const start = std::chrono::steady_clock::now();
-      for (std::size_t i = begin; i < end; ++i) {
-        op const& o = p.ops[i];
-        cuda_stream_view const stream = p.streams[o.stream];
-        switch (o.kind) {
-          case op_kind::allocate:
-            ++allocations;
-            try {
-              slots[o.slot] = resource.allocate(o.size, stream);
-            } catch (bad_alloc const&) {
-              ++failures;
-              slots[o.slot] = failed;
-            }
-            break;
-          case op_kind::deallocate: {
-            void* const ptr = slots[o.slot];
-            slots[o.slot] = nullptr;
-            if (ptr == failed) {
-              ++skipped;
-              break;
-            }
-            ++deallocations;
-            resource.deallocate(ptr, o.size, stream);
-            break;
-          }
-          case op_kind::probe_failure:
-            ++allocations;
-            try {
-              void* const ptr = resource.allocate(o.size, stream);
-              ++deallocations;
-              resource.deallocate(ptr, o.size, stream);
-            } catch (bad_alloc const&) {
-              ++failures;
-              ++reproduced;
-            }
-            break;
+    if (options.timeline == nullptr) {
+      // Timed in chunks (one clock read per chunk); the progress callback runs between chunks, untimed.
+      std::size_t const steps = std::max<std::size_t>(options.progress ? options.progress_steps : 1, 1);
+      std::size_t const chunk = std::max<std::size_t>(total / steps, 1);
+      for (std::size_t begin = 0; begin < total; begin += chunk) {
+        std::size_t const end = std::min(begin + chunk, total);
+        auto const start = std::chrono::steady_clock::now();
+        for (std::size_t i = begin; i < end; ++i) { execute(p.ops[i]); }
+        elapsed += std::chrono::steady_clock::now() - start;
+        if (options.progress) { options.progress(static_cast<double>(end) / static_cast<double>(total)); }
+      }
+    } else {
+      // Every operation timed on its own; samples (and their upstream probe) and progress are untimed.
+      replay_timeline& timeline = *options.timeline;
+      timeline = {};
+      timeline.samples.reserve(options.timeline_samples + 2);
+      std::size_t const wanted = std::max<std::size_t>(options.timeline_samples, 1);
+      std::size_t const sample_every = std::max<std::size_t>((total + wanted - 1) / wanted, 1);  // <= wanted samples
+      std::size_t const progress_every =
+        std::max<std::size_t>(total / std::max<std::size_t>(options.progress_steps, 1), 1);
+      for (std::size_t i = 0; i < total; ++i) {
+        auto const start = std::chrono::steady_clock::now();
+        execute(p.ops[i]);
+        auto const took = std::chrono::steady_clock::now() - start;
+        elapsed += took;
+        auto const ns = std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
+        auto const bucket = ns <= 1 ? 0 : static_cast<std::size_t>(std::bit_width(static_cast<std::uint64_t>(ns)) - 1);
+        ++timeline.latency_histogram[std::min(bucket, replay_timeline::latency_buckets - 1)];
+        std::size_t const done = i + 1;
+        if (i == 0 || done % sample_every == 0 || done == total) {
+          timeline.samples.push_back({done, p.op_time_ns[i], live_bytes,
+                                      options.upstream_bytes ? options.upstream_bytes() : std::size_t{0}});
+        }
+        if (options.progress && (done % progress_every == 0 || done == total)) {
+          options.progress(static_cast<double>(done) / static_cast<double>(total));
         }
       }
-      elapsed += std::chrono::steady_clock::now() - start;
-      if (options.progress) { options.progress(static_cast<double>(end) / static_cast<double>(total)); }
     }
   } catch (...) {
     release_all();

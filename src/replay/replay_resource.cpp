@@ -29,6 +29,7 @@ class counting_upstream final : public mr::device_memory_resource {
   explicit counting_upstream(mr::device_memory_resource* upstream) noexcept : upstream_{upstream} {}
 
   [[nodiscard]] std::size_t peak_bytes() const noexcept { return peak_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::size_t current_bytes() const noexcept { return current_.load(std::memory_order_relaxed); }
 
  private:
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override
@@ -54,6 +55,7 @@ class counting_upstream final : public mr::device_memory_resource {
 struct builder {
   std::vector<std::unique_ptr<mr::device_memory_resource>>& chain;
   std::function<std::size_t()>& peak_upstream;
+  std::function<std::size_t()>& upstream;
   bool& reserves_upfront;
   replay_resource_options const& options;
 
@@ -77,6 +79,7 @@ struct builder {
     }
     auto* const counter = emplace<counting_upstream>(base);
     peak_upstream = [counter] { return counter->peak_bytes(); };
+    upstream = [counter] { return counter->current_bytes(); };
     return counter;
   }
 };
@@ -98,6 +101,7 @@ void build_cuda_async(builder& b)
 {
   auto* const r = b.emplace<mr::cuda_async_memory_resource>();
   b.peak_upstream = [r] { return static_cast<std::size_t>(r->usage().reserved_high); };
+  b.upstream = [r] { return static_cast<std::size_t>(r->usage().reserved_current); };
 }
 
 void build_pool(builder& b) { b.emplace<mr::pool_memory_resource>(b.counted_upstream(), 0); }
@@ -162,6 +166,7 @@ replay_resource::replay_resource(replay_resource&& other) noexcept
   : name_{std::move(other.name_)},
     chain_{std::move(other.chain_)},
     peak_upstream_{std::move(other.peak_upstream_)},
+    upstream_{std::move(other.upstream_)},
     reserves_upfront_{other.reserves_upfront_}
 {
 }
@@ -173,6 +178,7 @@ replay_resource& replay_resource::operator=(replay_resource&& other) noexcept
     name_ = std::move(other.name_);
     chain_ = std::move(other.chain_);
     peak_upstream_ = std::move(other.peak_upstream_);
+    upstream_ = std::move(other.upstream_);
     reserves_upfront_ = other.reserves_upfront_;
   }
   return *this;
@@ -181,6 +187,7 @@ replay_resource& replay_resource::operator=(replay_resource&& other) noexcept
 void replay_resource::reset() noexcept
 {
   peak_upstream_ = nullptr;
+  upstream_ = nullptr;
   while (!chain_.empty()) { chain_.pop_back(); }  // top first: a resource before its upstream
 }
 
@@ -198,7 +205,7 @@ replay_resource make_replay_resource(std::string_view name, replay_resource_opti
   }
   replay_resource handle;
   handle.name_ = std::string{name};
-  builder b{handle.chain_, handle.peak_upstream_, handle.reserves_upfront_, options};
+  builder b{handle.chain_, handle.peak_upstream_, handle.upstream_, handle.reserves_upfront_, options};
   it->build(b);
   return handle;
 }
@@ -206,6 +213,7 @@ replay_resource make_replay_resource(std::string_view name, replay_resource_opti
 replay_result replay(allocation_log const& log, replay_resource& resource, replay_options options)
 {
   options.peak_upstream_bytes = [&resource] { return resource.peak_upstream_bytes(); };
+  if (!options.upstream_bytes) { options.upstream_bytes = [&resource] { return resource.upstream_bytes(); }; }
   return replay(log, resource.get(), options);
 }
 

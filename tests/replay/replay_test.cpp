@@ -162,6 +162,70 @@ TEST(replay, progress_rises_to_one_and_an_empty_log_replays)
   EXPECT_EQ(seen, std::vector<double>{1.0});
 }
 
+TEST(replay, timeline_samples_live_and_upstream_bytes_and_times_every_operation)
+{
+  // 500 blocks of growing size, each freed 3 rows later: the live bytes after every operation are known.
+  std::string rows;
+  std::vector<std::size_t> live_after_op;  // the model: live bytes after op k (1-based: index k - 1)
+  std::size_t live = 0;
+  std::vector<std::size_t> sizes;
+  for (std::size_t i = 0; i < 500; ++i) {
+    std::size_t const size = 256 * (1 + i % 40);
+    sizes.push_back(size);
+    char time[32];
+    std::snprintf(time, sizeof time, "10:00:%02zu.%06zu", i / 100, (i % 100) * 1000);
+    rows += std::string{"1,"} + time + ",allocate,0x" + std::to_string(100000 + i) + "00," + std::to_string(size) + ",0x0\n";
+    live += size;
+    live_after_op.push_back(live);
+    if (i >= 3) {
+      rows += std::string{"1,"} + time + ",free,0x" + std::to_string(100000 + i - 3) + "00," + std::to_string(sizes[i - 3]) + ",0x0\n";
+      live -= sizes[i - 3];
+      live_after_op.push_back(live);
+    }
+  }
+  allocation_log const log = log_of(rows);
+  replay_resource r = make_replay_resource("pool", {.simulate = true});
+  replay_timeline timeline;
+  timeline.samples.push_back({});  // replaced, not appended to
+  replay_result const result = replay(log, r, {.timeline = &timeline, .timeline_samples = 100});
+  ASSERT_EQ(result.ops, live_after_op.size());
+
+  std::size_t timed = 0;
+  for (std::size_t const n : timeline.latency_histogram) { timed += n; }
+  EXPECT_EQ(timed, result.ops) << "every operation lands in one latency bucket";
+
+  ASSERT_GE(timeline.samples.size(), 90U);
+  EXPECT_LE(timeline.samples.size(), 101U) << "at most timeline_samples, plus the first operation";
+  EXPECT_EQ(timeline.samples.front().op, 1U);
+  EXPECT_EQ(timeline.samples.back().op, result.ops);
+  for (std::size_t k = 0; k < timeline.samples.size(); ++k) {
+    replay_timeline::sample const& s = timeline.samples[k];
+    ASSERT_GE(s.op, 1U);
+    ASSERT_LE(s.op, result.ops);
+    if (k > 0) { EXPECT_GT(s.op, timeline.samples[k - 1].op); }
+    if (k > 0) { EXPECT_GE(s.log_time_ns, timeline.samples[k - 1].log_time_ns); }
+    EXPECT_EQ(s.live_bytes, live_after_op[s.op - 1]) << "after op " << s.op;
+    EXPECT_GE(s.upstream_bytes, s.live_bytes) << "after op " << s.op << ": the pool holds at least what is live";
+  }
+  EXPECT_EQ(timeline.samples.front().log_time_ns, 0);
+  EXPECT_EQ(timeline.samples.back().log_time_ns, 4'099'000'000) << "the last row is at 10:00:04.099000";
+  EXPECT_EQ(timeline.samples.back().upstream_bytes, r.upstream_bytes());
+
+  // A resource that refuses everything: failed allocations hold no bytes.
+  mr::simulated_memory_resource tiny{256};
+  replay_timeline refused;
+  replay_result const failed = replay(log, tiny, {.timeline = &refused, .timeline_samples = 10});
+  EXPECT_EQ(failed.failures, 500U - 13U) << "only the 13 blocks of 256 bytes (i % 40 == 0) fit";
+  for (replay_timeline::sample const& s : refused.samples) {
+    EXPECT_LE(s.live_bytes, 256U);
+    EXPECT_EQ(s.upstream_bytes, 0U) << "no upstream probe was given";
+  }
+
+  replay_timeline empty;
+  (void)replay(log_of(""), tiny, {.timeline = &empty});
+  EXPECT_TRUE(empty.samples.empty());
+}
+
 // ---- the registry ------------------------------------------------------------------------------------------
 
 TEST(replay_resource, lists_the_resources_and_rejects_unknown_names)

@@ -28,11 +28,38 @@
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/replay/allocation_log.hpp>
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
 
 namespace gpumem {
+
+/**
+ * @brief What a replay looked like over time, for plots (`gpumem report`): samples of live and upstream
+ * bytes, and a histogram of the time each operation took. Filled by replay() when
+ * replay_options::timeline points at one.
+ */
+struct replay_timeline {
+  /** @brief The replay's state after some operation. */
+  struct sample {
+    std::size_t op{};              ///< operations done (1-based: after the op-th operation)
+    std::int64_t log_time_ns{};    ///< the log's time of that operation's row (log_event::time_ns)
+    std::size_t live_bytes{};      ///< bytes the replay holds from the resource (failed allocations hold none)
+    std::size_t upstream_bytes{};  ///< bytes the resource holds from below (replay_options::upstream_bytes; 0 without)
+  };
+  /// log2 buckets of latency_histogram: bucket b counts operations that took [2^b, 2^(b+1)) ns; bucket 0
+  /// also counts those under 1 ns, the last bucket everything from 2^(latency_buckets-1) ns up.
+  static constexpr std::size_t latency_buckets = 32;
+
+  /// In operation order: the first operation, about replay_options::timeline_samples evenly spaced ones, the
+  /// last. Empty for an empty log.
+  std::vector<sample> samples;
+  /// Per operation, the steady_clock time around its allocate or deallocate call (a clock read included).
+  std::array<std::size_t, latency_buckets> latency_histogram{};
+};
 
 /** @brief How to replay. */
 struct replay_options {
@@ -48,6 +75,18 @@ struct replay_options {
    */
   std::function<void(double)> progress{};
   std::size_t progress_steps{100};
+  /**
+   * @brief When set, replay() fills it (replacing what it held): every operation is timed on its own into
+   * latency_histogram, and the state is sampled about `timeline_samples` times. The per-operation clock reads
+   * make ns_per_op of such a replay larger: measure ns_per_op with a replay without a timeline.
+   */
+  replay_timeline* timeline{nullptr};
+  std::size_t timeline_samples{1000};
+  /**
+   * @brief Reports the bytes the resource holds from its upstream now (for the timeline's samples; called
+   * outside the timed part). make_replay_resource's handles provide one.
+   */
+  std::function<std::size_t()> upstream_bytes{};
 };
 
 /** @brief What a replay measured and counted (docs/formats.md, "The replay table"). */

@@ -78,6 +78,8 @@ class GPUMEM_EXPORT replay_resource {
    * counter, or for cuda_async its pool's reserved high-water mark.
    */
   [[nodiscard]] std::size_t peak_upstream_bytes() const { return peak_upstream_(); }
+  /** @return the bytes the resource holds from below now (same sources as peak_upstream_bytes). */
+  [[nodiscard]] std::size_t upstream_bytes() const { return upstream_(); }
   /**
    * @return true when the resource takes a fixed reservation at construction (arena): its peak upstream
    * bytes are that reservation, so peak upstream / peak live says nothing about fragmentation.
@@ -91,6 +93,7 @@ class GPUMEM_EXPORT replay_resource {
   std::string name_;
   std::vector<std::unique_ptr<mr::device_memory_resource>> chain_;  // [0] bottom ... back() replayed
   std::function<std::size_t()> peak_upstream_;
+  std::function<std::size_t()> upstream_;
   bool reserves_upfront_{false};
 };
 
@@ -104,7 +107,8 @@ class GPUMEM_EXPORT replay_resource {
                                                                  replay_resource_options const& options = {});
 
 /**
- * @brief replay(log, r.get(), options) with the peak upstream bytes taken from `r`.
+ * @brief replay(log, r.get(), options) with the peak upstream bytes (and, unless `options` has its own, the
+ * current upstream bytes for a timeline) taken from `r`.
  * @throws as replay().
  */
 [[nodiscard]] GPUMEM_EXPORT replay_result replay(allocation_log const& log, replay_resource& resource,

@@ -1,0 +1,197 @@
+// `gpumem bench [--workload LIST] [--resource LIST] [--repeat N] [--quick] [--csv]`: shared/BENCHMARKS.md's
+// allocation workloads (fixed/<size>, random, random_mt/<T>) on resources from the replay registry, each on
+// a fresh resource; one row per workload and resource with the median ns/op of the timed passes. The
+// workloads and their timing are the library's (bench/workload.hpp, bench/measure.hpp).
+#include "commands.hpp"
+#include "compact_bytes.hpp"
+#include "resource_selection.hpp"
+
+#include <gpumem/bench/measure.hpp>
+#include <gpumem/bench/workload.hpp>
+#include <gpumem/cuda_stream_pool.hpp>
+#include <gpumem/replay/replay_resource.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpumem::cli {
+namespace {
+
+constexpr std::string_view workload_names = "fixed, random, random_mt";
+
+struct bench_command {
+  bool fixed{true};
+  bool random{true};
+  bool random_mt{true};
+  std::vector<std::string> resources;
+  std::size_t repeats{5};
+  bool quick{false};
+  bool csv{false};
+};
+
+std::size_t parse_count(std::string_view text, std::string_view option)
+{
+  std::size_t value = 0;
+  auto const [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size() || value == 0 || value > 1000) {
+    throw usage_error("bench: " + std::string{option} + " needs an integer in [1, 1000], not '" + std::string{text} + "'");
+  }
+  return value;
+}
+
+void parse_workloads(std::string_view list, bench_command& c)
+{
+  c.fixed = c.random = c.random_mt = false;
+  while (!list.empty()) {
+    std::size_t const comma = list.find(',');
+    std::string_view const name = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    if (name == "fixed") {
+      c.fixed = true;
+    } else if (name == "random") {
+      c.random = true;
+    } else if (name == "random_mt") {
+      c.random_mt = true;
+    } else if (!name.empty()) {
+      throw usage_error("bench: unknown workload '" + std::string{name} + "'; workloads: " + std::string{workload_names});
+    }
+  }
+  if (!c.fixed && !c.random && !c.random_mt) {
+    throw usage_error("bench: --workload names no workload; workloads: " + std::string{workload_names});
+  }
+}
+
+bench_command parse(std::span<std::string_view const> args)
+{
+  bench_command c;
+  std::optional<std::string_view> resource_list;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view const a = args[i];
+    auto const value = [&](std::string_view option) {
+      if (i + 1 == args.size()) { throw usage_error("bench: " + std::string{option} + " needs a value"); }
+      return args[++i];
+    };
+    if (a == "--csv") {
+      c.csv = true;
+    } else if (a == "--quick") {
+      c.quick = true;
+    } else if (a == "--resource" || a == "-r") {
+      resource_list = value(a);
+    } else if (a == "--workload" || a == "-w") {
+      parse_workloads(value(a), c);
+    } else if (a == "--repeat") {
+      c.repeats = parse_count(value(a), a);
+    } else {
+      throw usage_error("bench: unexpected argument '" + std::string{a} + "'");
+    }
+  }
+  c.resources = select_replay_resources(resource_list, false, "bench");
+  return c;
+}
+
+/// One output row.
+struct row {
+  std::string workload;
+  std::string resource;
+  bench::measurement m;
+  std::optional<std::size_t> peak_upstream;
+  bool reserves_upfront{};
+};
+
+void print(row const& r, bool csv, std::ostream& out)
+{
+  auto const [min_it, max_it] = std::minmax_element(r.m.ns_per_op.begin(), r.m.ns_per_op.end());
+  double const median = r.m.median_ns_per_op();
+  std::optional<double> ratio;
+  if (r.peak_upstream && r.m.peak_live_bytes > 0 && !r.reserves_upfront) {
+    ratio = static_cast<double>(*r.peak_upstream) / static_cast<double>(r.m.peak_live_bytes);
+  }
+  char line[320];
+  if (csv) {
+    std::snprintf(line, sizeof line, "%s,%s,%.2f,%.2f,%.2f,%zu,%zu,%zu,%zu,%s\n", r.workload.c_str(),
+                  r.resource.c_str(), median, *min_it, *max_it, r.m.ns_per_op.size(), r.m.ops_per_pass,
+                  r.peak_upstream.value_or(0), r.m.peak_live_bytes,
+                  ratio ? std::to_string(*ratio).c_str() : "");
+  } else {
+    char ratio_text[32] = "-";
+    if (ratio) { std::snprintf(ratio_text, sizeof ratio_text, "%.3f", *ratio); }
+    std::snprintf(line, sizeof line, "%-14s %-11s %10.1f %10.1f %10.1f %14s %12s %8s\n", r.workload.c_str(),
+                  r.resource.c_str(), median, *min_it, *max_it,
+                  r.peak_upstream ? compact_bytes(*r.peak_upstream).c_str() : "-",
+                  compact_bytes(r.m.peak_live_bytes).c_str(), ratio_text);
+  }
+  out << line;
+  out.flush();
+}
+
+}  // namespace
+
+int run_bench(std::span<std::string_view const> args, std::ostream& out)
+{
+  bench_command const c = parse(args);
+  bench::random_shape const shape = c.quick ? bench::random_smoke : bench::random_full;
+  double const min_seconds = c.quick ? 0.002 : 0.05;
+  constexpr std::size_t thread_counts[] = {4, 16};
+
+  if (c.csv) {
+    out << "workload,resource,ns_per_op_median,ns_per_op_min,ns_per_op_max,repeats,ops_per_pass,"
+           "peak_upstream_bytes,peak_live_bytes,fragmentation\n";
+  } else {
+    out << "gpumem bench: median of " << c.repeats << " timed passes after an untimed verification pass"
+        << (c.quick ? " (--quick: small workloads)" : "") << "\n";
+    char header[200];
+    std::snprintf(header, sizeof header, "%-14s %-11s %10s %10s %10s %14s %12s %8s\n", "workload", "resource",
+                  "ns/op", "min", "max", "peak upstream", "peak live", "ratio");
+    out << header;
+  }
+
+  cuda_stream_pool streams{16};
+  std::vector<cuda_stream_view> views;
+  for (std::size_t i = 0; i < streams.get_pool_size(); ++i) { views.push_back(streams.get_stream(i)); }
+
+  auto const run = [&](std::string const& name, auto&& measure) {
+    replay_resource r = make_replay_resource(name);
+    row result{.workload = {}, .resource = name, .m = measure(r.get()), .peak_upstream = {}, .reserves_upfront = r.reserves_upfront()};
+    result.workload = result.m.workload;
+    if (name != "cuda") { result.peak_upstream = r.peak_upstream_bytes(); }
+    print(result, c.csv, out);
+  };
+
+  if (c.fixed) {
+    for (bench::fixed_size const& size : bench::fixed_sizes) {
+      for (std::string const& name : c.resources) {
+        run(name, [&](mr::device_memory_resource& mr) {
+          return bench::measure_fixed(mr, views[0], size, c.repeats, min_seconds);
+        });
+      }
+    }
+  }
+  if (c.random) {
+    std::vector<bench::sequence> const one = bench::split_random(shape, 1);
+    for (std::string const& name : c.resources) {
+      run(name, [&](mr::device_memory_resource& mr) {
+        return bench::measure_random(mr, views, one, c.repeats, "random");
+      });
+    }
+  }
+  if (c.random_mt) {
+    for (std::size_t const threads : thread_counts) {
+      std::vector<bench::sequence> const split = bench::split_random(shape, threads);
+      for (std::string const& name : c.resources) {
+        run(name, [&](mr::device_memory_resource& mr) {
+          return bench::measure_random(mr, views, split, c.repeats, "random_mt/" + std::to_string(threads));
+        });
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace gpumem::cli

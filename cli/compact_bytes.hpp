@@ -1,0 +1,25 @@
+// Bytes as a table cell: "8.74 GiB", "512 B" (the commands' --csv output prints exact bytes instead).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdio>
+#include <string>
+
+namespace gpumem::cli {
+
+[[nodiscard]] inline std::string compact_bytes(std::size_t bytes)
+{
+  constexpr std::array<char const*, 5> units{"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (value >= 1024.0 && unit + 1 < units.size()) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
+  return text;
+}
+
+}  // namespace gpumem::cli

@@ -1,0 +1,81 @@
+/**
+ * @file html_report.hpp
+ * `gpumem report`'s page: one self-contained HTML file (inline CSS and SVG, no script, no external
+ * resource) that shows how a set of resources served one allocation log:
+ *
+ * - a summary table per resource: ns per op, peak upstream bytes, peak live bytes, their ratio, failures;
+ * - live bytes and each resource's upstream (reserved) bytes over the log's operations (line chart);
+ * - fragmentation: peak upstream bytes / peak live bytes per resource (bar chart), and upstream / live over
+ *   the replay;
+ * - the allocation size histogram of the log (log2 buckets; counts and bytes);
+ * - each resource's latency histogram (log2 ns buckets, from replay_timeline).
+ *
+ * The data comes from replay() (replay.hpp): one replay without a timeline for the ns/op figures, one with a
+ * timeline for the plots. Rendering is pure: no I/O, deterministic for the same input.
+ */
+#pragma once
+
+#include <gpumem/export.hpp>
+#include <gpumem/replay/allocation_log.hpp>
+#include <gpumem/replay/replay.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace gpumem {
+
+/** @brief Allocation sizes of a log in log2 buckets: bucket b holds sizes in [2^b, 2^(b+1)) bytes (0 in 0). */
+struct size_histogram {
+  std::array<std::size_t, 64> counts{};  ///< `allocate` rows per bucket
+  std::array<std::size_t, 64> bytes{};   ///< bytes those rows requested
+};
+
+/** @brief One resource's results on the log. */
+struct report_resource {
+  std::string name;             ///< as `gpumem replay --resource` spells it (replay_resource.hpp)
+  std::string description;      ///< one line, e.g. replay_resource_info::description
+  replay_result result;         ///< from a replay without a timeline (its ns_per_op is the figure shown)
+  replay_timeline timeline;     ///< from a replay with a timeline (plots)
+  bool reserves_upfront{false}; ///< its peak upstream is a fixed reservation, not a fragmentation figure
+};
+
+/** @brief Everything the page shows. */
+struct report_input {
+  std::string title;                     ///< the page's heading, e.g. "gpumem report: resnet50.csv.gz"
+  std::string log_source;                ///< the log's path as given
+  std::size_t log_events{};              ///< rows of the log
+  std::size_t log_peak_live_bytes{};     ///< peak_live_bytes(log)
+  std::int64_t log_duration_ns{};        ///< time of the last row - time of the first
+  size_histogram sizes;                  ///< allocation_size_histogram(log)
+  std::string environment;               ///< one line: backend, device, simulated upstream or not
+  std::string command;                   ///< the command line that produced the page
+  std::vector<report_resource> resources;
+};
+
+/** @return the sizes of the `allocate` rows of `log` (not `allocate failure` rows) in log2 buckets. */
+[[nodiscard]] GPUMEM_EXPORT size_histogram allocation_size_histogram(allocation_log const& log);
+
+/**
+ * @brief The page as a string (UTF-8 HTML5). Every text from the input (names, paths, the command) is
+ * HTML-escaped. Any input renders, including no resources, an empty timeline or all-zero histograms (the
+ * chart then says "no data"); no coordinate is ever NaN or infinite.
+ *
+ * The page's elements that tools may look for: the table `id="summary-table"`; the charts (`<svg>` in a
+ * `<figure>`) `chart-over-time`, `chart-fragmentation`, `chart-fragmentation-over-time`, `chart-sizes`,
+ * `chart-sizes-bytes` and `chart-latency`. Each series' line, dot or bar carries `data-series="NAME"` (a
+ * resource's name, or "live") and its colour as a plain `stroke`/`fill` attribute; each bar `data-value`.
+ * A resource keeps one colour, by its position in `resources`, in the table and in every chart.
+ */
+[[nodiscard]] GPUMEM_EXPORT std::string render_html_report(report_input const& input);
+
+/**
+ * @brief Writes render_html_report(input) to `path` (replacing it).
+ * @throws gpumem::logic_error naming the path when it cannot be written.
+ */
+GPUMEM_EXPORT void write_html_report(std::filesystem::path const& path, report_input const& input);
+
+}  // namespace gpumem
