@@ -209,7 +209,7 @@ void bm_fixed(benchmark::State& state, std::string const& id, adaptor_entry cons
     }
     auto const start = clock_type::now();
     for (auto _ : state) {
-      void* const p = resource.allocate(size.bytes, stream);
+      void* p = resource.allocate(size.bytes, stream);
       benchmark::DoNotOptimize(p);
       resource.deallocate(p, size.bytes, stream);
     }

@@ -158,7 +158,7 @@ void bm_fixed(benchmark::State& state, std::string const& id, std::string const&
     }
     auto const start = clock_type::now();
     for (auto _ : state) {
-      void* const p = resource.allocate(bytes, stream);
+      void* p = resource.allocate(bytes, stream);
       benchmark::DoNotOptimize(p);
       resource.deallocate(p, bytes, stream);
     }

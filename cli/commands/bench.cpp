@@ -115,10 +115,11 @@ void print(row const& r, bool csv, std::ostream& out)
   }
   char line[320];
   if (csv) {
-    std::snprintf(line, sizeof line, "%s,%s,%.2f,%.2f,%.2f,%zu,%zu,%zu,%zu,%s\n", r.workload.c_str(),
+    std::string const upstream = r.peak_upstream ? std::to_string(*r.peak_upstream) : "";
+    std::string const fragmentation = ratio ? std::to_string(*ratio) : "";
+    std::snprintf(line, sizeof line, "%s,%s,%.2f,%.2f,%.2f,%zu,%zu,%s,%zu,%s\n", r.workload.c_str(),
                   r.resource.c_str(), median, *min_it, *max_it, r.m.ns_per_op.size(), r.m.ops_per_pass,
-                  r.peak_upstream.value_or(0), r.m.peak_live_bytes,
-                  ratio ? std::to_string(*ratio).c_str() : "");
+                  upstream.c_str(), r.m.peak_live_bytes, fragmentation.c_str());
   } else {
     char ratio_text[32] = "-";
     if (ratio) { std::snprintf(ratio_text, sizeof ratio_text, "%.3f", *ratio); }

@@ -1,5 +1,5 @@
 // tracking_resource_adaptor (tracking_resource_adaptor.hpp): a map of outstanding allocations under a mutex,
-// with optional call stacks from backtrace().
+// with optional call stacks from backtrace(), symbolised when asked for.
 
 #include <gpumem/error.hpp>
 #include <gpumem/mr/tracking_resource_adaptor.hpp>
@@ -17,22 +17,35 @@
 namespace gpumem::mr {
 namespace {
 
-/// The calling stack, one frame a line, without this function and the adaptor's own frames.
-std::string capture_stack()
+/// The calling stack's return addresses, without this function's and the adaptor's own frames.
+std::vector<void*> capture_frames()
 {
 #ifdef GPUMEM_HAS_EXECINFO
-  constexpr int skipped = 2;  // capture_stack, do_allocate
+  constexpr int skipped = 2;  // capture_frames, do_allocate
   std::array<void*, 64> frames{};
   int const depth = ::backtrace(frames.data(), static_cast<int>(frames.size()));
-  char** const symbols = ::backtrace_symbols(frames.data(), depth);
+  if (depth <= skipped) { return {}; }
+  return {frames.begin() + skipped, frames.begin() + depth};
+#else
+  return {};
+#endif
+}
+
+/// `frames` symbolised, one frame a line ("    #N symbol").
+std::string symbolise(std::vector<void*> const& frames)
+{
+#ifdef GPUMEM_HAS_EXECINFO
+  if (frames.empty()) { return {}; }
+  char** const symbols = ::backtrace_symbols(frames.data(), static_cast<int>(frames.size()));
   if (symbols == nullptr) { return {}; }
   std::string stack;
-  for (int i = skipped; i < depth; ++i) {
-    stack += "    #" + std::to_string(i - skipped) + " " + symbols[i] + "\n";
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    stack += "    #" + std::to_string(i) + " " + symbols[i] + "\n";
   }
   std::free(symbols);  // NOLINT(cppcoreguidelines-no-malloc): backtrace_symbols' contract
   return stack;
 #else
+  (void)frames;
   return {};
 #endif
 }
@@ -64,8 +77,14 @@ std::size_t tracking_resource_adaptor::allocated_bytes() const noexcept
 
 std::map<void*, tracking_resource_adaptor::allocation_info> tracking_resource_adaptor::outstanding_allocations() const
 {
-  std::lock_guard const lock{mutex_};
-  return outstanding_;
+  std::map<void*, record> snapshot;
+  {
+    std::lock_guard const lock{mutex_};
+    snapshot = outstanding_;
+  }
+  std::map<void*, allocation_info> out;  // symbolised outside the lock: it is slow
+  for (auto& [ptr, r] : snapshot) { out.emplace(ptr, allocation_info{r.bytes, r.stream, symbolise(r.frames)}); }
+  return out;
 }
 
 std::size_t tracking_resource_adaptor::outstanding_count() const noexcept
@@ -99,7 +118,7 @@ std::string tracking_resource_adaptor::report() const
 
 void* tracking_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view stream)
 {
-  allocation_info info{bytes, stream, capture_stacks_ ? capture_stack() : std::string{}};
+  record info{bytes, stream, capture_stacks_ ? capture_frames() : std::vector<void*>{}};
   void* const ptr = upstream_->allocate(bytes, stream);
   try {
     std::lock_guard const lock{mutex_};

@@ -13,15 +13,18 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace gpumem::mr {
 
 /**
  * @brief Forwards to an upstream resource and tracks every outstanding allocation.
  *
- * Call stacks (capture_stacks = true) are captured with backtrace() (<execinfo.h>) and symbolised at once
- * (C++23's <stacktrace> needs a newer standard than gpumem's C++20): an allocation then costs tens of
- * microseconds, so capture stacks only to hunt a leak. Where neither is available the stack is empty.
+ * Call stacks (capture_stacks = true) are captured with backtrace() (<execinfo.h>; C++23's <stacktrace> needs
+ * a newer standard than gpumem's C++20) as raw return addresses, and symbolised only when they are asked for
+ * (outstanding_allocations(), report(), the leak report): an allocation then costs a few microseconds (the
+ * stack walk), so capture stacks to hunt a leak, not in production. Where <execinfo.h> is missing the stack is
+ * empty.
  *
  * Invalid deallocations: deallocate is noexcept, so misuse cannot throw. A deallocation of a pointer the
  * adaptor did not hand out (or already took back), or with a size other than the allocation's, is counted
@@ -82,8 +85,15 @@ class GPUMEM_EXPORT tracking_resource_adaptor final : public device_memory_resou
 
   device_memory_resource* upstream_;
   bool const capture_stacks_;
+  /// What is kept per allocation: the stack as return addresses (symbolised on demand).
+  struct record {
+    std::size_t bytes{};
+    cuda_stream_view stream{};
+    std::vector<void*> frames;
+  };
+
   mutable std::mutex mutex_;
-  std::map<void*, allocation_info> outstanding_;  // guarded by mutex_
+  std::map<void*, record> outstanding_;           // guarded by mutex_
   std::size_t allocated_bytes_{0};                // guarded by mutex_: sum of outstanding_'s bytes
   std::size_t invalid_deallocations_{0};          // guarded by mutex_
 };
