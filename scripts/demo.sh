@@ -18,4 +18,4 @@ gpumem=build/release/cli/gpumem
 printf '\n$ gpumem info\n'
 "$gpumem" info
 printf '\n$ gpumem demo\n'
-"$gpumem" demo
+"$gpumem" demo   # writes gpumem-demo-report.html here: open it in a browser
