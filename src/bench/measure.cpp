@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
-#include <mutex>
 
 namespace gpumem::bench {
 
