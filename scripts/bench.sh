@@ -11,6 +11,8 @@
 #                                          # anything after -- goes to the benchmark executable
 #   bash scripts/bench.sh --suite adaptors # the adaptor overheads (gpumem_bench_adaptors) instead: each
 #                                          # adaptor around a pool, its base `none` first in the same run
+#   bash scripts/bench.sh --suite transfer # host<->device copies of 1 GiB (gpumem_bench_transfer):
+#                                          # cudaMemcpyAsync rows against gpumem's staged copies
 #
 # Environment: OUT (default build/bench): where the results go; GPUMEM_BENCH_BUILD (default
 # build/bench-release): the build tree; GPUMEM_JOBS: build parallelism (default: every core);
@@ -19,7 +21,7 @@
 # Steps: configure + build (Release, benchmarks on, tests/CLI off); environment record; a --smoke run on the
 # chosen backend (verifies every resource quickly: a failure stops here); the full run; the table.
 # Output in $OUT: env.txt, smoke.log, SUITE.log, SUITE.json (Google Benchmark JSON), SUITE.md (table), with
-# SUITE alloc or adaptors.
+# SUITE alloc, adaptors or transfer.
 # Exits non-zero if any step or any benchmark failed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -32,7 +34,7 @@ while (($#)); do
     --quick) quick=1 ;;
     --suite) shift; suite=${1:-} ;;
     --) shift; extra=("$@"); break ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -41,7 +43,8 @@ done
 case $suite in
   alloc) peer=cuda_async_default ;;
   adaptors) peer=none ;;
-  *) echo "bench.sh: --suite must be alloc or adaptors, not '$suite'" >&2; exit 2 ;;
+  transfer) peer=cudaMemcpyAsync ;;
+  *) echo "bench.sh: --suite must be alloc, adaptors or transfer, not '$suite'" >&2; exit 2 ;;
 esac
 out=${OUT:-build/bench}
 build=${GPUMEM_BENCH_BUILD:-build/bench-release}
@@ -76,7 +79,11 @@ step "environment"
   else
     echo "nvidia-smi: not found (host backend figures are not GPU figures)"
   fi
-  if [[ $suite == alloc ]]; then "$bin" --list; else "$bin" --list-adaptors; fi
+  case $suite in
+    alloc) "$bin" --list ;;
+    adaptors) "$bin" --list-adaptors ;;
+    transfer) "$bin" --benchmark_list_tests ;;
+  esac
 } 2>&1 | tee "$out/env.txt"
 
 step "smoke run (every allocation verified)"

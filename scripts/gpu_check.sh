@@ -7,8 +7,8 @@
 # Steps: configure + build a release tree in build/gpu with every core (sm_90); nvidia-smi -L; the whole
 # ctest suite with GPUMEM_BACKEND unset (host.* tests on the host backend, gpu.* on the GPU); the gtest
 # binaries (gpumem_tests, gpumem_thrust_tests) under compute-sanitizer memcheck with leak checking on the
-# cuda backend; `gpumem info` and
-# `gpumem demo` on the GPU. Logs go to "${OUT:-/tmp/gpumem-out}" (8 files, flat names); a summary table
+# cuda backend; `gpumem info`,
+# `gpumem demo` and the full-size spill demo (examples/spill_demo, pinned and pageable) on the GPU. Logs go to "${OUT:-/tmp/gpumem-out}" (8 files, flat names); a summary table
 # ends the output. Exits non-zero if any step failed.
 #
 # Warnings are not errors here (a newer compiler must not cost a GPU session); CI enforces them.
@@ -96,8 +96,11 @@ if ((build_ok)); then
   fi
   run_step "gpumem info" info.log timeout 60 env GPUMEM_BACKEND=cuda "$build/cli/gpumem" info
   run_step "gpumem demo" demo.log timeout 120 env GPUMEM_BACKEND=cuda "$build/cli/gpumem" demo
+  # Spilling at full size: 12 GiB of unified buffers under an 8 GiB budget, pinned then pageable host copies.
+  run_step "spill demo" demo.log timeout 240 env GPUMEM_BACKEND=cuda "$build/tests/spill_demo" 8 12 256 3 pinned
+  run_step "spill pageable" demo.log timeout 240 env GPUMEM_BACKEND=cuda "$build/tests/spill_demo" 8 12 256 3 pageable
 else
-  for s in ctest memcheck "gpumem info" "gpumem demo"; do skip_step "$s"; done
+  for s in ctest memcheck "gpumem info" "gpumem demo" "spill demo" "spill pageable"; do skip_step "$s"; done
 fi
 
 {

@@ -149,6 +149,16 @@ class cuda_backend final : public backend {
     return allocate_or_null([bytes](void** p) { return cudaMallocHost(p, bytes); }, "cudaMallocHost");
   }
   void free_pinned(void* ptr) noexcept override { report_free_failure(cudaFreeHost(ptr), "cudaFreeHost", ptr); }
+  [[nodiscard]] bool is_pinned_host(void const* ptr) noexcept override
+  {
+    if (ptr == nullptr) { return false; }
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());  // clear the sticky-free error of an unknown pointer
+      return false;
+    }
+    return attributes.type == cudaMemoryTypeHost;
+  }
 
   [[nodiscard]] cudaMemPool_t mempool_create(int device, mempool_handle_type handle_type, std::size_t max_size) override
   {

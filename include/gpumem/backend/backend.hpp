@@ -114,6 +114,10 @@ class GPUMEM_EXPORT backend {
   /// Page-locked host memory, accessible from the device; same nullptr-on-exhaustion contract.
   [[nodiscard]] virtual void* malloc_pinned(std::size_t bytes) = 0;
   virtual void free_pinned(void* ptr) noexcept = 0;
+  /// @return true when `ptr` points into page-locked host memory (from malloc_pinned, or registered with
+  /// CUDA by anyone), so that copies from or to it can run asynchronously; false for pageable host memory,
+  /// device or managed memory, and nullptr. Never throws.
+  [[nodiscard]] virtual bool is_pinned_host(void const* ptr) noexcept = 0;
 
   // ---- stream-ordered memory pools (cudaMallocAsync) ------------------------------------------------
   // Reuse rules are CUDA's defaults: memory freed on a stream is reused at once by later allocations on

@@ -143,6 +143,16 @@ class host_backend final : public backend {
     return allocate(bytes, memory_kind::pinned, current_device_);
   }
   void free_pinned(void* ptr) noexcept override { release(ptr, memory_kind::pinned, "free_pinned", true); }
+  [[nodiscard]] bool is_pinned_host(void const* ptr) noexcept override
+  {
+    if (ptr == nullptr) { return false; }
+    std::lock_guard lock{memory_mutex_};
+    auto it = allocations_.upper_bound(const_cast<void*>(ptr));  // NOLINT: map key only
+    if (it == allocations_.begin()) { return false; }
+    --it;
+    auto const offset = static_cast<std::size_t>(static_cast<char const*>(ptr) - static_cast<char const*>(it->first));
+    return it->second.kind == memory_kind::pinned && offset < it->second.bytes;
+  }
 
   // ---- stream-ordered memory pools ------------------------------------------------------------------
   [[nodiscard]] cudaMemPool_t mempool_create(int device, mempool_handle_type /*handle_type*/,
@@ -612,7 +622,7 @@ class host_backend final : public backend {
   std::vector<std::shared_ptr<stream_queue>> default_streams_;  // legacy default stream, per device
 
   std::mutex memory_mutex_;
-  std::unordered_map<void*, allocation> allocations_;  // guarded by memory_mutex_
+  std::map<void*, allocation> allocations_;  // guarded by memory_mutex_ (ordered: is_pinned_host)
 
   std::mutex registry_mutex_;
   std::unordered_map<cudaStream_t, std::shared_ptr<stream_queue>> streams_;  // guarded by registry_mutex_

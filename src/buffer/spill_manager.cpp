@@ -1,0 +1,199 @@
+// spill_manager: a budget (limiting adaptor) under a retry-on-out-of-memory adaptor whose callback spills
+// unified buffers' device copies, least recently used first. The LRU list is intrusive (the buffers' own
+// links) and guarded by the manager's mutex. Lock order: a buffer's mutex, then the manager's; the
+// manager only ever try_locks a buffer, so a buffer busy on another thread is skipped, never waited for.
+#include <gpumem/buffer/detail/unified_storage.hpp>
+#include <gpumem/buffer/spill_manager.hpp>
+#include <gpumem/error.hpp>
+
+#include <cstdio>
+#include <vector>
+
+namespace gpumem {
+namespace {
+
+[[nodiscard]] mr::device_memory_resource* checked_upstream(mr::device_memory_resource* upstream)
+{
+  expects(upstream != nullptr, "the upstream resource must not be null");
+  return upstream;
+}
+
+[[nodiscard]] std::size_t checked_budget(std::size_t budget)
+{
+  expects(budget > 0, "the budget must be positive");
+  return budget;
+}
+
+}  // namespace
+
+spill_manager::spill_manager(mr::device_memory_resource* upstream, std::size_t budget_bytes)
+  : limiting_{checked_upstream(upstream), checked_budget(budget_bytes)},
+    retrying_{&limiting_, &spill_manager::on_out_of_memory, this}
+{
+}
+
+spill_manager::~spill_manager()
+{
+  // Buffers still alive: copy their device data back, free their device copies, and let them go on
+  // without a manager (their device copies then come from the upstream).
+  std::vector<detail::unified_storage*> remaining;
+  {
+    std::lock_guard lock{mutex_};
+    remaining.assign(buffers_.begin(), buffers_.end());
+  }
+  for (auto* storage : remaining) {
+    std::lock_guard buffer_lock{storage->mutex_};
+    if (storage->spill_device_copy() == 0 && storage->device_allocated_ && storage->capacity_ > 0) {
+      std::fprintf(stderr,
+                   "gpumem: spill_manager destroyed while a buffer's device data could not be copied back; the "
+                   "buffer keeps its device copy from the manager's upstream\n");
+      std::lock_guard lock{mutex_};
+      unlink(storage);
+    }
+    try {
+      storage->wait_host_copy();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a failed stream; the buffer reports it on its next use
+    }
+    storage->spill_ = nullptr;
+    storage->device_resource_ = limiting_.upstream_resource();
+  }
+}
+
+std::size_t spill_manager::resident_buffers() const
+{
+  std::lock_guard lock{mutex_};
+  return resident_;
+}
+
+spill_statistics spill_manager::statistics() const
+{
+  std::lock_guard lock{mutex_};
+  return statistics_;
+}
+
+std::size_t spill_manager::spill(std::size_t bytes)
+{
+  std::size_t freed = 0;
+  std::size_t attempts = resident_buffers();  // each buffer at most once per call
+  while (freed < bytes && attempts-- > 0) {
+    detail::unified_storage* victim = nullptr;
+    {
+      std::lock_guard lock{mutex_};
+      for (auto* s = oldest_; s != nullptr; s = s->lru_newer_) {
+        if (s->has_residency_hold() || !s->mutex_.try_lock()) { continue; }
+        if (s->has_residency_hold()) {  // a guard taken meanwhile
+          s->mutex_.unlock();
+          continue;
+        }
+        victim = s;
+        unlink(s);
+        break;
+      }
+    }
+    if (victim == nullptr) { break; }
+    std::size_t const n = victim->spill_device_copy();
+    if (n == 0 && victim->device_allocated_) {
+      std::lock_guard lock{mutex_};
+      link_newest(victim);  // its data could not be saved: it keeps its device copy
+    }
+    victim->mutex_.unlock();
+    freed += n;
+  }
+  return freed;
+}
+
+bool spill_manager::on_out_of_memory(std::size_t bytes, void* self)
+{
+  auto* const manager = static_cast<spill_manager*>(self);
+  if (manager->spill(bytes) > 0) { return true; }
+  std::lock_guard lock{manager->mutex_};
+  ++manager->statistics_.failed_allocations;
+  return false;
+}
+
+void spill_manager::on_buffer_created(detail::unified_storage* storage)
+{
+  std::lock_guard lock{mutex_};
+  buffers_.insert(storage);
+}
+
+void spill_manager::on_buffer_destroyed(detail::unified_storage* storage) noexcept
+{
+  std::lock_guard lock{mutex_};
+  unlink(storage);
+  buffers_.erase(storage);
+}
+
+void spill_manager::on_device_allocated(detail::unified_storage* storage)
+{
+  std::lock_guard lock{mutex_};
+  link_newest(storage);
+}
+
+void spill_manager::on_device_used(detail::unified_storage* storage) noexcept
+{
+  std::lock_guard lock{mutex_};
+  if (!storage->in_lru_ || storage == newest_) { return; }
+  unlink(storage);
+  link_newest(storage);
+}
+
+void spill_manager::on_device_cold(detail::unified_storage* storage) noexcept
+{
+  std::lock_guard lock{mutex_};
+  if (!storage->in_lru_) { return; }
+  unlink(storage);
+  link_oldest(storage);
+}
+
+void spill_manager::on_device_freed(detail::unified_storage* storage) noexcept
+{
+  std::lock_guard lock{mutex_};
+  unlink(storage);
+}
+
+void spill_manager::on_spilled(std::size_t bytes, bool copied_back)
+{
+  std::lock_guard lock{mutex_};
+  ++statistics_.spills;
+  statistics_.bytes_spilled += bytes;
+  if (copied_back) {
+    ++statistics_.copies_back;
+    statistics_.bytes_copied_back += bytes;
+  }
+}
+
+void spill_manager::unlink(detail::unified_storage* storage) noexcept
+{
+  if (!storage->in_lru_) { return; }
+  (storage->lru_older_ != nullptr ? storage->lru_older_->lru_newer_ : oldest_) = storage->lru_newer_;
+  (storage->lru_newer_ != nullptr ? storage->lru_newer_->lru_older_ : newest_) = storage->lru_older_;
+  storage->lru_older_ = nullptr;
+  storage->lru_newer_ = nullptr;
+  storage->in_lru_ = false;
+  --resident_;
+}
+
+void spill_manager::link_newest(detail::unified_storage* storage) noexcept
+{
+  if (storage->in_lru_) { return; }
+  storage->lru_older_ = newest_;
+  storage->lru_newer_ = nullptr;
+  (newest_ != nullptr ? newest_->lru_newer_ : oldest_) = storage;
+  newest_ = storage;
+  storage->in_lru_ = true;
+  ++resident_;
+}
+
+void spill_manager::link_oldest(detail::unified_storage* storage) noexcept
+{
+  if (storage->in_lru_) { return; }
+  storage->lru_newer_ = oldest_;
+  storage->lru_older_ = nullptr;
+  (oldest_ != nullptr ? oldest_->lru_older_ : newest_) = storage;
+  oldest_ = storage;
+  storage->in_lru_ = true;
+  ++resident_;
+}
+
+}  // namespace gpumem
