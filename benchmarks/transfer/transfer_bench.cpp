@@ -10,9 +10,17 @@
 //   transfer/<dir>_pageable/gpumem/threads:<T>/chunk:<C>MiB
 //                                           the staged copies with T threads (1 2 4 8 12) and C MiB chunks
 //                                           (4 8 16), to choose the defaults on the GPU machine
+//   transfer/<dir>_<kind>/unified_buffer    a unified_buffer<std::byte> of the same size (pinned or pageable host
+//                                           copy), SYNCHRONIZED: mark the source copy dirty, then
+//                                           sync_to_device / sync_to_host + stream sync (d2h: and host_view(),
+//                                           which waits for the copy): what a user of unified buffers gets
 //   zeros/<size>/cudaMemsetAsync            the backend's memset_async on a device buffer + stream sync
 //   zeros/<size>/gpumem                     gpumem::zeros + stream sync + gpumem::free (plain.hpp), on the
 //                                           current device resource (named in the context; warmed once)
+//   zeros/<size>/gpumem_pool                the same with a pool_memory_resource (over cudaMalloc) as the current
+//                                           device resource: the allocation is a cached block
+//   zeros/<size>/unified_buffer             unified_buffer<std::byte>::zeros(stream) + stream sync (its device
+//                                           copy allocated once)
 // Figures: GB/s (10^9 bytes per wall second, the stream synchronised inside the timed region so that every
 // copy is complete), bytes_per_second, ns_per_op (wall ns per whole copy).
 //
@@ -32,12 +40,14 @@
 #include "../common/bench_support.hpp"
 
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/buffer/unified_buffer.hpp>
 #include <gpumem/cuda_stream.hpp>
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/device.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
+#include <gpumem/mr/pool_memory_resource.hpp>
 #include <gpumem/plain.hpp>
 #include <gpumem/transfer.hpp>
 
@@ -57,6 +67,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <typeinfo>
@@ -401,6 +412,126 @@ void bm_zeros(benchmark::State& state, std::string const& id)
   }
 }
 
+// ---- transfer/<dir>_<kind>/unified_buffer, zeros/<size>/unified_buffer ----------------------------------
+
+/** @brief The unified buffer of the benchmarks that use one: one at a time (1 GiB host + 1 GiB device). */
+std::unique_ptr<unified_buffer<std::byte>> g_unified;
+
+[[nodiscard]] unified_buffer<std::byte>& unified(bool pinned)
+{
+  if (!g_unified || g_unified->is_pinned() != pinned) {
+    g_unified.reset();
+    unified_options options;
+    options.pinned = pinned;
+    g_unified = std::make_unique<unified_buffer<std::byte>>(buffers().bytes(), options);
+  }
+  return *g_unified;
+}
+
+void bm_unified(benchmark::State& state, std::string const& id, direction dir, host_kind kind)
+{
+  watchdog_scope const watch{id};
+  try {
+    transfer_buffers& b = buffers();
+    std::size_t const bytes = b.bytes();
+    cuda_stream_view const stream = b.stream();
+    unified_buffer<std::byte>& buffer = unified(kind == host_kind::pinned);
+    // Both copies hold the pattern, state SYNCHRONIZED, before verification and timing.
+    auto const prepare = [&] {
+      std::memcpy(buffer.host().data(), b.pageable(), bytes);
+      buffer.sync_to_device(stream);
+      stream.synchronize();
+    };
+    auto const sync_once = [&] {
+      if (dir == direction::h2d) {
+        buffer.mark_host_dirty();
+        buffer.sync_to_device(stream);
+        stream.synchronize();
+      } else {
+        buffer.mark_device_dirty();
+        buffer.sync_to_host(stream);
+        static_cast<void>(buffer.host_view());  // waits for an asynchronous (pinned) copy
+        stream.synchronize();
+      }
+    };
+    if (!g_verified.contains(id)) {
+      prepare();
+      std::string error;
+      if (dir == direction::h2d) {
+        auto* const device = const_cast<std::byte*>(buffer.device_view(stream));  // NOLINT: spoiled on purpose
+        b.spoil_device(device, pattern_at);
+        sync_once();
+        error = b.check_device(device, pattern_at);
+      } else {
+        b.spoil_host(buffer.host().data());  // HOST_DIRTY with spoiled bytes; the device copy keeps the pattern
+        buffer.copy_from(std::span<std::byte const>{b.pageable(), bytes}, stream);  // DEVICE_DIRTY
+        buffer.sync_to_host(stream);
+        error = b.check_host(buffer.host_view().data());
+        if (error.empty()) { sync_once(); }
+        if (error.empty()) { error = b.check_host(buffer.host_view().data()); }
+      }
+      if (error.empty() && buffer.state() != buffer_state::SYNCHRONIZED) {
+        error = std::string{"the buffer is "} + std::string{to_string(buffer.state())} + ", not SYNCHRONIZED";
+      }
+      if (!error.empty()) {
+        record_failure(state, id + " (untimed verification pass): " + error);
+        return;
+      }
+      g_verified.insert(id);
+    } else {
+      prepare();
+    }
+    auto const start = clock_type::now();
+    for (auto _ : state) { sync_once(); }
+    auto const stop = clock_type::now();
+    set_copy_counters(state, bytes, std::chrono::duration<double>(stop - start).count());
+  } catch (std::exception const& e) {
+    record_failure(state, id + ": " + e.what());
+  }
+}
+
+void bm_unified_zeros(benchmark::State& state, std::string const& id)
+{
+  watchdog_scope const watch{id};
+  try {
+    transfer_buffers& b = buffers();
+    cuda_stream_view const stream = b.stream();
+    unified_buffer<std::byte>& buffer = unified(true);
+    auto const zeros_once = [&] {
+      buffer.zeros(stream);
+      stream.synchronize();
+    };
+    if (!g_verified.contains(id)) {
+      auto const zero = [](std::size_t) -> std::uint8_t { return 0; };
+      buffer.fill(std::byte{0x5A}, stream);
+      auto* const device = const_cast<std::byte*>(buffer.device_view(stream));  // NOLINT: read back only
+      zeros_once();
+      if (std::string const error = b.check_device(device, zero); !error.empty()) {
+        record_failure(state, id + " (untimed verification pass): " + error);
+        return;
+      }
+      g_verified.insert(id);
+    }
+    auto const start = clock_type::now();
+    for (auto _ : state) { zeros_once(); }
+    auto const stop = clock_type::now();
+    set_copy_counters(state, b.bytes(), std::chrono::duration<double>(stop - start).count());
+  } catch (std::exception const& e) {
+    record_failure(state, id + ": " + e.what());
+  }
+}
+
+/** @brief bm_zeros with a pool as the current device resource (restored afterwards). */
+void bm_zeros_pool(benchmark::State& state, std::string const& id)
+{
+  mr::device_memory_resource* const upstream = mr::get_current_device_resource();
+  mr::pool_memory_resource pool{upstream};
+  mr::device_memory_resource* const previous = mr::set_current_device_resource(&pool);
+  bm_zeros(state, id);
+  buffers().stream().synchronize();
+  mr::set_current_device_resource(previous);
+}
+
 // ---- registration ---------------------------------------------------------------------------------------
 
 void configure(benchmark::internal::Benchmark* b)
@@ -428,12 +559,18 @@ void register_benchmarks()
       configure(benchmark::RegisterBenchmark(id.c_str(), bm_copy, id, row.dir, row.kind, how,
                                              std::optional<transfer_config>{}));
     }
+    std::string const unified_id = std::string{"transfer/"} + row.name + "/unified_buffer";
+    configure(benchmark::RegisterBenchmark(unified_id.c_str(), bm_unified, unified_id, row.dir, row.kind));
   }
   std::string const size = size_label(copy_bytes());
   std::string const memset_id = "zeros/" + size + "/cudaMemsetAsync";
   configure(benchmark::RegisterBenchmark(memset_id.c_str(), bm_memset, memset_id));
   std::string const zeros_id = "zeros/" + size + "/gpumem";
   configure(benchmark::RegisterBenchmark(zeros_id.c_str(), bm_zeros, zeros_id));
+  std::string const zeros_pool_id = "zeros/" + size + "/gpumem_pool";
+  configure(benchmark::RegisterBenchmark(zeros_pool_id.c_str(), bm_zeros_pool, zeros_pool_id));
+  std::string const unified_zeros_id = "zeros/" + size + "/unified_buffer";
+  configure(benchmark::RegisterBenchmark(unified_zeros_id.c_str(), bm_unified_zeros, unified_zeros_id));
 
   for (copy_row const& row : rows) {
     if (row.kind != host_kind::pageable) { continue; }
@@ -512,6 +649,7 @@ int main(int argc, char** argv)
     record_failure(std::string{program} + ": " + e.what());
     status = 1;
   }
+  g_unified.reset();
   g_buffers.reset();
   return status;
 }

@@ -48,6 +48,9 @@ struct pinned_pool_usage {
  *
  * Stream-ordering: memory is free for reuse when deallocate() returns (the caller promises no copy still
  * uses it), or, for deallocate_async(), once the stream has completed the work submitted before the call.
+ * allocate() never waits for a stream while it can pin more memory (a stream may be waiting on the calling
+ * thread), so a loop that frees with deallocate_async faster than its streams progress makes the pool grow:
+ * synchronise now and then. (The staged copies of transfer.hpp bound what they leave in flight per stream.)
  * Failure: allocate() throws gpumem::out_of_memory naming the size and the pool's usage when neither the
  * pool, nor waiting for its pending blocks, nor new pinned memory can serve the request; the pool is
  * unchanged. Misuse (unknown pointer, wrong size, double free) throws gpumem::logic_error from
