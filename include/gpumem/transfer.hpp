@@ -29,12 +29,13 @@ namespace gpumem {
 
 /** @brief How staged copies are cut up; read once from the environment, adjustable for tuning. */
 struct transfer_config {
-  /// Bytes per staging chunk (GPUMEM_STAGING_CHUNK, e.g. "8MiB" or a byte count).
-  std::size_t chunk_bytes{std::size_t{8} << 20U};
+  /// Bytes per staging chunk (GPUMEM_STAGING_CHUNK, e.g. "2MiB" or a byte count). 2 MiB with 12 threads
+  /// was the best of 1-8 MiB x 4-16 threads for 1 GiB copies on an H100 host (docs/PERFORMANCE.md).
+  std::size_t chunk_bytes{std::size_t{2} << 20U};
   /// Host threads copying into and out of staging chunks (GPUMEM_COPY_THREADS, 1 to 64), the calling
   /// thread included. Each owns two chunks (double buffering): at most 2 * threads * chunk_bytes are pinned
-  /// by one copy.
-  unsigned threads{8};
+  /// by one copy. The process default is 12, or the machine's hardware threads where it has fewer.
+  unsigned threads{12};
   /// Copies smaller than this are staged by the calling thread alone, through one or two chunks. So is
   /// every copy on cudaStreamPerThread (other threads cannot name the caller's per-thread stream).
   std::size_t parallel_threshold{std::size_t{4} << 20U};

@@ -72,6 +72,7 @@ struct config_store {
 transfer_config detail::transfer_config_from_environment()
 {
   transfer_config config;
+  config.threads = std::min(config.threads, std::max(1U, std::thread::hardware_concurrency()));
   if (char const* chunk = std::getenv("GPUMEM_STAGING_CHUNK"); chunk != nullptr && *chunk != '\0') {
     std::size_t const bytes = detail::host::parse_byte_size(chunk, "GPUMEM_STAGING_CHUNK");
     if (bytes == 0 || bytes % chunk_alignment != 0) {

@@ -823,13 +823,13 @@ TEST_P(UnifiedBufferTest, FailedDeviceAllocationLeavesTheStateUnchanged)
 TEST_P(UnifiedBufferTest, ConcurrentReadersSeeTheSameData)
 {
   auto const kernel = pattern<u32>(elements, 24);
+  std::vector<cuda_stream> streams(4);  // before the buffer: its last stream must outlive it
   unified_buffer<u32> b{elements, options()};
   b.zeros(stream_);
   (void)b.host_view();
   device_write(b.device(stream_), kernel, stream_);
   b.mark_device_dirty();
   std::vector<std::thread> threads;
-  std::vector<cuda_stream> streams(4);
   std::atomic<int> failures{0};
   for (std::size_t t = 0; t < streams.size(); ++t) {
     threads.emplace_back([&, t] {
