@@ -6,7 +6,8 @@
 #   bash scripts/setup_deps.sh            # C++ toolchain and test libraries
 #   GPUMEM_DEPS_TESTS=1 bash scripts/setup_deps.sh    # also what only the tests need (Chromium, which
 #                                                     # renders `gpumem report` pages in report.chromium)
-#   GPUMEM_DEPS_PYTHON=1 bash scripts/setup_deps.sh   # also the Python build/test packages
+#   GPUMEM_DEPS_PYTHON=1 bash scripts/setup_deps.sh   # also the Python package's build/test packages
+#                                                     # (python3-dev, python3-pybind11, numpy, pytest)
 #   GPUMEM_DEPS_EXTRA="valgrind" bash scripts/setup_deps.sh   # and any other packages
 #
 # A tool counts as present when it is found where builds look for it (a source install under /usr/local
@@ -33,6 +34,13 @@ has_header() {  # has_header PATH: PATH under a standard include directory
   local d; for d in "${inc_dirs[@]}"; do [[ -e $d/$1 ]] && return 0; done; return 1
 }
 
+# py_has MODULE: can python3 on PATH, or Debian's /usr/bin/python3, import MODULE?
+py_has() {
+  local py; for py in python3 /usr/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 && "$py" -c "import $1" >/dev/null 2>&1 && return 0
+  done; return 1
+}
+
 # present PACKAGE: does the machine already provide what PACKAGE provides?
 present() {
   case $1 in
@@ -49,6 +57,9 @@ present() {
     python3-dev)      python3 -c 'import sysconfig,os,sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"],"Python.h")))' 2>/dev/null ;;
     python3-pip)      python3 -m pip --version >/dev/null 2>&1 ;;
     python3-venv)     python3 -c 'import venv, ensurepip' >/dev/null 2>&1 ;;
+    python3-pybind11) py_has pybind11 ;;
+    python3-numpy)    py_has numpy ;;
+    python3-pytest)   py_has pytest ;;
     *)                dpkg_has "$1" ;;
   esac || dpkg_has "$1"
 }
@@ -59,7 +70,8 @@ if [[ ${GPUMEM_DEPS_TESTS:-0} == 1 ]]; then
   packages+=(python3 chromium)
 fi
 if [[ ${GPUMEM_DEPS_PYTHON:-0} == 1 ]]; then
-  packages+=(python3 python3-dev python3-pip python3-venv)
+  # The Python package (GPUMEM_BUILD_PYTHON): headers, pybind11, and what its tests use.
+  packages+=(python3 python3-dev python3-pybind11 python3-numpy python3-pytest)
 fi
 # GPUMEM_DEPS_EXTRA="pkg ...": more Debian packages that a caller needs (checked with dpkg).
 read -r -a extra <<<"${GPUMEM_DEPS_EXTRA:-}"

@@ -18,7 +18,8 @@ step() { printf '\n==== %s\n' "$*"; }
 
 # The tests need Chromium too (report.chromium renders a `gpumem report` page); here it must be present, so
 # the test fails rather than skips without it.
-GPUMEM_DEPS_TESTS=1 bash scripts/setup_deps.sh
+# The `ci` preset also builds the Python package and runs its pytest suite (python.pytest).
+GPUMEM_DEPS_TESTS=1 GPUMEM_DEPS_PYTHON=1 bash scripts/setup_deps.sh
 export GPUMEM_REQUIRE_CHROMIUM=1
 
 # run_preset NAME: configure, build and test one preset; ctest prints every test and the closing summary.

@@ -1,0 +1,24 @@
+"""pytest setup for gpumem's Python tests.
+
+The package is imported from the build tree (PYTHONPATH=<build>/python, set by ctest). With
+GPUMEM_PYTEST_REQUIRE_GPU=1 (ctest's gpu.pytest) the whole run is skipped, exit code 77, when no CUDA device
+is usable, and otherwise runs on the cuda backend.
+"""
+
+import os
+
+import pytest
+
+
+def pytest_configure(config):
+    if os.environ.get("GPUMEM_PYTEST_REQUIRE_GPU") == "1":
+        os.environ["GPUMEM_BACKEND"] = "cuda"
+        import gpumem
+
+        try:
+            gpumem.alloc(0)
+            # Choosing the backend happens on first use; a probe allocation selects it.
+            p = gpumem.alloc(256)
+            gpumem.free(p)
+        except gpumem.CUDARuntimeError as error:
+            pytest.exit(f"no CUDA device is usable here: {error}", returncode=77)
