@@ -15,8 +15,10 @@ a device on the CPU (``GPUMEM_BACKEND=cuda|host`` chooses).
 """
 
 from ._gpumem import (  # noqa: F401  (re-exported)
+    BufferState,
     CUDARuntimeError,
     OutOfMemoryError,
+    UnifiedBuffer,
     alloc,
     allocation_size,
     free,
@@ -24,8 +26,10 @@ from ._gpumem import (  # noqa: F401  (re-exported)
 )
 
 __all__ = [
+    "BufferState",
     "CUDARuntimeError",
     "OutOfMemoryError",
+    "UnifiedBuffer",
     "alloc",
     "allocation_size",
     "free",
