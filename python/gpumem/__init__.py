@@ -17,6 +17,7 @@ a device on the CPU (``GPUMEM_BACKEND=cuda|host`` chooses).
 from ._gpumem import (  # noqa: F401  (re-exported)
     BufferState,
     CUDARuntimeError,
+    DeviceBuffer,
     OutOfMemoryError,
     UnifiedBuffer,
     alloc,
@@ -25,13 +26,17 @@ from ._gpumem import (  # noqa: F401  (re-exported)
     zeros,
 )
 
+from . import mr  # noqa: E402,F401  (gpumem.mr: the memory resources)
+
 __all__ = [
     "BufferState",
     "CUDARuntimeError",
+    "DeviceBuffer",
     "OutOfMemoryError",
     "UnifiedBuffer",
     "alloc",
     "allocation_size",
     "free",
+    "mr",
     "zeros",
 ]

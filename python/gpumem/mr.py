@@ -1,0 +1,71 @@
+"""Memory resources with the names RMM's Python users know (``rmm.mr``).
+
+A resource hands out stream-ordered, 256-byte aligned device memory::
+
+    import gpumem
+    from gpumem import mr
+
+    pool = mr.PoolMemoryResource(mr.CudaMemoryResource(), initial_pool_size=1 << 30)
+    stats = mr.StatisticsResourceAdaptor(pool)
+    mr.set_current_device_resource(stats)      # gpumem.alloc and DeviceBuffer now use it
+    buf = gpumem.DeviceBuffer(1 << 20)
+    print(stats.allocation_counts.current_bytes)
+
+Upstream resources: ``CudaMemoryResource``, ``ManagedMemoryResource``, ``PinnedHostMemoryResource``,
+``CudaAsyncMemoryResource``. Sub-allocators over an upstream: ``PoolMemoryResource``,
+``ArenaMemoryResource``, ``FixedSizeMemoryResource``, ``BinningMemoryResource``. Adaptors, each adding one
+concern: ``LoggingResourceAdaptor``, ``StatisticsResourceAdaptor`` (``Statistics`` records),
+``TrackingResourceAdaptor``, ``LimitingResourceAdaptor``, ``FailureCallbackResourceAdaptor``.
+
+Lifetimes are handled for you: a resource keeps its upstream alive, a DeviceBuffer keeps its resource
+alive, and the resource set with ``set_current_device_resource`` / ``set_per_device_resource`` is kept
+alive while it is set. Memory obtained with ``allocate`` must be returned with ``deallocate`` to the same
+resource, with the same size, before that resource is dropped.
+
+Errors: ``gpumem.OutOfMemoryError`` (a ``MemoryError`` naming the size) when memory is exhausted,
+``ValueError`` for misuse.
+"""
+
+from ._gpumem.mr import (  # noqa: F401  (re-exported)
+    ArenaMemoryResource,
+    BinningMemoryResource,
+    CudaAsyncMemoryResource,
+    CudaMemoryResource,
+    DeviceMemoryResource,
+    FailureCallbackResourceAdaptor,
+    FixedSizeMemoryResource,
+    LimitingResourceAdaptor,
+    LoggingResourceAdaptor,
+    ManagedMemoryResource,
+    PinnedHostMemoryResource,
+    PoolMemoryResource,
+    Statistics,
+    StatisticsResourceAdaptor,
+    TrackingResourceAdaptor,
+    get_current_device_resource,
+    get_per_device_resource,
+    set_current_device_resource,
+    set_per_device_resource,
+)
+
+__all__ = [
+    "ArenaMemoryResource",
+    "BinningMemoryResource",
+    "CudaAsyncMemoryResource",
+    "CudaMemoryResource",
+    "DeviceMemoryResource",
+    "FailureCallbackResourceAdaptor",
+    "FixedSizeMemoryResource",
+    "LimitingResourceAdaptor",
+    "LoggingResourceAdaptor",
+    "ManagedMemoryResource",
+    "PinnedHostMemoryResource",
+    "PoolMemoryResource",
+    "Statistics",
+    "StatisticsResourceAdaptor",
+    "TrackingResourceAdaptor",
+    "get_current_device_resource",
+    "get_per_device_resource",
+    "set_current_device_resource",
+    "set_per_device_resource",
+]

@@ -1,0 +1,351 @@
+// gpumem.DeviceBuffer: rmm.DeviceBuffer's Python API over gpumem::device_buffer (an untyped, stream-ordered
+// allocation), with the two zero-copy export protocols: __cuda_array_interface__ (v3) and DLPack
+// (__dlpack__ / __dlpack_device__, an unversioned "dltensor" capsule; dlpack.hpp).
+//
+// Host <-> device copies go through gpumem::copy_to_device / copy_to_host (transfer.hpp: staged through
+// pinned chunks) and then wait for the stream, so that a call returns with the host bytes complete (read
+// from, or written into) whatever kind of host memory the Python object has. The GIL is released around
+// every allocation and copy.
+//
+// Lifetimes: a DeviceBuffer holds the Python object of the resource that allocated its memory (given, or
+// the current one at construction), so the resource outlives the memory. A DLPack capsule holds the
+// DeviceBuffer until the consumer calls the tensor's deleter (or the unconsumed capsule is collected).
+//
+// Host backend: the "device" memory is host memory, so __dlpack_device__ reports kDLCPU (1) and NumPy can
+// take the buffer with numpy.from_dlpack; on the cuda backend it reports kDLCUDA (2) and the device id.
+#include "conversions.hpp"
+#include "dlpack.hpp"
+#include "registry.hpp"
+
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/buffer/device_buffer.hpp>
+#include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/transfer.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+
+namespace gpumem::python {
+namespace {
+
+/** @brief What a DeviceBuffer Python object holds. */
+struct py_device_buffer {
+  py::object resource;  ///< the allocating resource's Python object; declared first, so destroyed last
+  device_buffer buffer;
+};
+
+/** @brief A contiguous view of a Python buffer-protocol object, released on destruction (GIL held). */
+class host_view {
+ public:
+  host_view(py::handle object, bool writable)
+  {
+    int const flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(object.ptr(), &view_, flags) != 0) { throw py::error_already_set(); }
+  }
+  ~host_view() { PyBuffer_Release(&view_); }
+  host_view(host_view const&) = delete;
+  host_view& operator=(host_view const&) = delete;
+  host_view(host_view&&) = delete;
+  host_view& operator=(host_view&&) = delete;
+
+  [[nodiscard]] void* data() const noexcept { return view_.buf; }
+  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
+/** @brief `bytes` from host `src` into device `dst` on `stream`; returns when `src` may be reused. GIL released by the caller. */
+void upload(void* dst, void const* src, std::size_t bytes, cuda_stream_view stream)
+{
+  if (bytes == 0) { return; }
+  copy_to_device(dst, src, bytes, stream);
+  stream.synchronize();  // a pinned source is copied asynchronously: the Python object may go right after
+}
+
+/** @brief `bytes` from device `src` into host `dst` on `stream`; returns with the bytes in `dst`. GIL released by the caller. */
+void download(void* dst, void const* src, std::size_t bytes, cuda_stream_view stream)
+{
+  if (bytes == 0) { return; }
+  copy_to_host(dst, src, bytes, stream);
+  stream.synchronize();  // a pinned destination is written asynchronously
+}
+
+/**
+ * @brief A new DeviceBuffer of `size` bytes from `mr` (None: the current device resource) on `stream`,
+ * uninitialised, or a copy of the `size` bytes at device address `source` when it is not null.
+ */
+std::unique_ptr<py_device_buffer> make_buffer(py::handle current_resource_getter, std::size_t size,
+                                              cuda_stream_view stream, py::object mr, void const* source = nullptr)
+{
+  if (mr.is_none()) { mr = current_resource_getter(); }
+  auto* const resource = mr.cast<mr::device_memory_resource*>();
+  auto result = std::make_unique<py_device_buffer>();
+  result->resource = std::move(mr);
+  {
+    py::gil_scoped_release const release;
+    result->buffer = source == nullptr ? device_buffer(size, stream, resource)
+                                       : device_buffer(source, size, stream, resource);
+  }
+  return result;
+}
+
+/** @brief The __cuda_array_interface__ stream value of `stream` (1: legacy default, 2: per-thread default). */
+py::object interface_stream(cuda_stream_view stream)
+{
+  if (stream.is_default()) { return py::int_(1); }
+  if (stream.is_per_thread_default()) { return py::int_(2); }
+  return py::int_(to_int(stream.value()));
+}
+
+/** @brief The manager_ctx of an exported DLManagedTensor: the owner and the shape array. */
+struct dlpack_context {
+  PyObject* owner;  ///< a strong reference to the DeviceBuffer
+  std::int64_t shape[1];  // NOLINT(cppcoreguidelines-avoid-c-arrays): DLPack wants an int64_t*
+  dlpack::DLManagedTensor tensor;
+};
+
+/** @brief The DLManagedTensor deleter: drops the DeviceBuffer (taking the GIL: any thread may call it). */
+void delete_dlpack_tensor(dlpack::DLManagedTensor* tensor)
+{
+  auto* const context = static_cast<dlpack_context*>(tensor->manager_ctx);
+  // Py_IsInitialized() is already false while the interpreter finalises (and clears the modules that may
+  // hold the capsule's consumer): the thread that finalises still has its thread state, and must drop the
+  // buffer so that its resource is destroyed (a logging adaptor writes its file then). After finalisation,
+  // neither holds, and the reference is leaked rather than touched.
+  if (Py_IsInitialized() != 0 || PyGILState_GetThisThreadState() != nullptr) {
+    PyGILState_STATE const state = PyGILState_Ensure();
+    Py_DECREF(context->owner);
+    PyGILState_Release(state);
+  }
+  delete context;  // NOLINT(cppcoreguidelines-owning-memory)
+}
+
+/** @brief The capsule's destructor: frees the tensor if no consumer took it (it would have renamed the capsule). */
+void delete_dlpack_capsule(PyObject* capsule)
+{
+  if (PyCapsule_IsValid(capsule, dlpack::capsule_name) == 0) { return; }  // consumed: the consumer owns it
+  auto* const tensor = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(capsule, dlpack::capsule_name));
+  if (tensor != nullptr && tensor->deleter != nullptr) { tensor->deleter(tensor); }
+}
+
+/** @brief (device type, device id) as __dlpack_device__ reports them (see the file comment). */
+std::pair<std::int32_t, std::int32_t> dlpack_device(py_device_buffer const& self)
+{
+  if (current_backend_kind() == backend_kind::host) { return {dlpack::kDLCPU, 0}; }
+  return {dlpack::kDLCUDA, self.buffer.device().value()};
+}
+
+registration const buffers{binding_order::buffers, "device_buffer", [](py::module_& m) {
+  // mr.get_current_device_resource: the Python object of the current resource (kept by the submodule).
+  py::handle const current_resource = m.attr("mr").attr("get_current_device_resource");
+
+  py::class_<py_device_buffer> cls(
+    m, "DeviceBuffer",
+    "An untyped, uninitialised, stream-ordered allocation of device memory (rmm.DeviceBuffer's API).\n\n"
+    "Work on the buffer's stream may use it at once; other streams must synchronise first. The memory is "
+    "returned to its resource (kept alive by the buffer) when the buffer is collected. Exports "
+    "__cuda_array_interface__ (v3) and DLPack; on the host backend the memory is host memory and "
+    "__dlpack_device__ reports the CPU, so numpy.from_dlpack accepts it.");
+  cls.def(py::init([current_resource](std::size_t size, py::handle stream, py::object mr, py::handle ptr) {
+            cuda_stream_view const s = to_stream(stream);
+            void const* const source = ptr.is_none() || size == 0 ? nullptr : to_pointer(ptr);
+            auto result = make_buffer(current_resource, size, s, std::move(mr), source);
+            return result;
+          }),
+          py::arg("size") = 0, py::arg("stream") = py::none(), py::arg("mr") = py::none(), py::kw_only(),
+          py::arg("ptr") = py::none(),
+          "Allocates `size` bytes (uninitialised) from `mr` (None: the current device resource) on `stream` "
+          "(None: the default stream). With ptr=<device address>, copies `size` bytes from there on `stream` "
+          "(not waited for). Raises OutOfMemoryError when the memory is not there.");
+  cls.def_static(
+    "to_device",
+    [current_resource](py::handle data, py::handle stream, py::object mr) {
+      cuda_stream_view const s = to_stream(stream);
+      host_view const view{data, false};
+      auto result = make_buffer(current_resource, view.size(), s, std::move(mr));
+      {
+        py::gil_scoped_release const release;
+        upload(result->buffer.data(), view.data(), view.size(), s);
+      }
+      return result;
+    },
+    py::arg("data"), py::arg("stream") = py::none(), py::arg("mr") = py::none(),
+    "A new DeviceBuffer holding a copy of `data`, any C-contiguous buffer-protocol object (bytes, bytearray, "
+    "memoryview, a NumPy array: its bytes). Returns once the copy is complete.");
+  cls.def_property_readonly(
+    "size", [](py_device_buffer const& self) { return self.buffer.size(); }, "The size in bytes.");
+  cls.def_property_readonly(
+    "nbytes", [](py_device_buffer const& self) { return self.buffer.size(); }, "The size in bytes (as size).");
+  cls.def_property_readonly(
+    "capacity", [](py_device_buffer const& self) { return self.buffer.capacity(); },
+    "The bytes allocated (>= size; resize() to a smaller size keeps the capacity).");
+  cls.def_property_readonly(
+    "ptr", [](py_device_buffer const& self) { return to_int(self.buffer.data()); },
+    "The device address as an int (0 when nothing is allocated).");
+  cls.def_property_readonly(
+    "mr", [](py_device_buffer const& self) { return self.resource; }, "The resource that allocated the memory.");
+  cls.def("__len__", [](py_device_buffer const& self) { return self.buffer.size(); }, "The size in bytes.");
+  cls.def(
+    "__repr__",
+    [](py_device_buffer const& self) {
+      std::ostringstream out;
+      out << "<gpumem.DeviceBuffer size=" << self.buffer.size() << " ptr=0x" << std::hex << to_int(self.buffer.data())
+          << '>';
+      return out.str();
+    },
+    "A short description: size and address.");
+  cls.def(
+    "tobytes",
+    [](py_device_buffer const& self, py::handle stream) {
+      cuda_stream_view const s = to_stream(stream);
+      std::size_t const size = self.buffer.size();
+      py::bytes result{nullptr, size};
+      char* const out = PyBytes_AS_STRING(result.ptr());
+      {
+        py::gil_scoped_release const release;
+        download(out, self.buffer.data(), size, s);
+      }
+      return result;
+    },
+    py::arg("stream") = py::none(), "The contents as bytes (copied on `stream`, which is waited for).");
+  cls.def(
+    "copy_to_host",
+    [](py_device_buffer const& self, py::object out, py::handle stream) {
+      cuda_stream_view const s = to_stream(stream);
+      std::size_t const size = self.buffer.size();
+      if (out.is_none()) { out = py::module_::import("numpy").attr("empty")(size, "uint8"); }
+      host_view const view{out, true};
+      if (view.size() < size) {
+        throw py::value_error("DeviceBuffer.copy_to_host: `out` has " + std::to_string(view.size()) +
+                              " bytes, too small for the buffer's " + std::to_string(size));
+      }
+      {
+        py::gil_scoped_release const release;
+        download(view.data(), self.buffer.data(), size, s);
+      }
+      return out;
+    },
+    py::arg("out") = py::none(), py::arg("stream") = py::none(),
+    "Copies the contents to the host and returns once they are there: into `out` (a writable C-contiguous "
+    "buffer of at least size bytes; its first size bytes are written; ValueError if it is smaller) and "
+    "returns `out`, or into a new numpy.uint8 array when out is None.");
+  cls.def(
+    "copy_from_host",
+    [](py_device_buffer& self, py::handle data, py::handle stream) {
+      cuda_stream_view const s = to_stream(stream);
+      host_view const view{data, false};
+      if (view.size() > self.buffer.size()) {
+        throw py::value_error("DeviceBuffer.copy_from_host: the data has " + std::to_string(view.size()) +
+                              " bytes, more than the buffer's " + std::to_string(self.buffer.size()));
+      }
+      py::gil_scoped_release const release;
+      upload(self.buffer.data(), view.data(), view.size(), s);
+    },
+    py::arg("data"), py::arg("stream") = py::none(),
+    "Copies `data` (a C-contiguous buffer-protocol object of at most size bytes) to the start of the buffer; "
+    "returns once the copy is complete. ValueError if `data` is larger than the buffer.");
+  cls.def(
+    "copy",
+    [](py_device_buffer const& self, py::handle stream) {
+      cuda_stream_view const s = to_stream(stream);
+      auto result = std::make_unique<py_device_buffer>();
+      result->resource = self.resource;
+      py::gil_scoped_release const release;
+      result->buffer = device_buffer(self.buffer, s, self.buffer.memory_resource());
+      return result;
+    },
+    py::arg("stream") = py::none(),
+    "A deep copy (same resource), copied on `stream` (work writing this buffer must be ordered before it).");
+  cls.def(
+    "resize",
+    [](py_device_buffer& self, std::size_t new_size, py::handle stream) {
+      cuda_stream_view const s = to_stream(stream);
+      py::gil_scoped_release const release;
+      self.buffer.resize(new_size, s);
+    },
+    py::arg("new_size"), py::arg("stream") = py::none(),
+    "Sets the size, keeping the first min(size, new_size) bytes (new bytes are uninitialised); reallocates "
+    "only when new_size exceeds the capacity. `stream` becomes the buffer's stream.");
+  cls.def(
+    "reserve",
+    [](py_device_buffer& self, std::size_t new_capacity, py::handle stream) {
+      cuda_stream_view const s = to_stream(stream);
+      py::gil_scoped_release const release;
+      self.buffer.reserve(new_capacity, s);
+    },
+    py::arg("new_capacity"), py::arg("stream") = py::none(),
+    "Makes the capacity at least `new_capacity` bytes, keeping the contents and the size.");
+  cls.def(
+    "shrink_to_fit",
+    [](py_device_buffer& self, py::handle stream) {
+      cuda_stream_view const s = to_stream(stream);
+      py::gil_scoped_release const release;
+      self.buffer.shrink_to_fit(s);
+    },
+    py::arg("stream") = py::none(), "Reallocates so that capacity == size, keeping the contents.");
+  cls.def_property_readonly(
+    "__cuda_array_interface__",
+    [](py_device_buffer const& self) {
+      py::dict interface;
+      interface["shape"] = py::make_tuple(self.buffer.size());
+      interface["strides"] = py::none();
+      interface["typestr"] = "|u1";
+      interface["data"] = py::make_tuple(to_int(self.buffer.data()), false);
+      interface["version"] = 3;
+      interface["stream"] = interface_stream(self.buffer.stream());
+      return interface;
+    },
+    "The CUDA Array Interface (version 3): a 1-d uint8 array of size bytes; `stream` is the buffer's stream "
+    "(1: the legacy default stream), on which consumers order their work after the buffer's.");
+  cls.def(
+    "__dlpack_device__",
+    [](py_device_buffer const& self) {
+      auto const [type, id] = dlpack_device(self);
+      return py::make_tuple(type, id);
+    },
+    "(device type, device id) of the memory for DLPack: (2, device) = kDLCUDA on the cuda backend; (1, 0) = "
+    "kDLCPU on the host backend, whose device memory is host memory.");
+  cls.def(
+    "__dlpack__",
+    [](py::object const& self_object, py::object const& stream) {
+      auto& self = self_object.cast<py_device_buffer&>();
+      auto const [type, id] = dlpack_device(self);
+      if (type == dlpack::kDLCPU) {
+        if (!stream.is_none()) { throw py::value_error("DeviceBuffer.__dlpack__: stream must be None for a CPU consumer"); }
+      }
+      // The consumer's stream must see the buffer's work: a host wait is the simple, safe order (stream -1:
+      // the consumer orders it itself).
+      bool const consumer_orders = !stream.is_none() && py::isinstance<py::int_>(stream) && stream.cast<std::int64_t>() == -1;
+      if (!consumer_orders) {
+        py::gil_scoped_release const release;
+        self.buffer.stream().synchronize();
+      }
+      auto context = std::make_unique<dlpack_context>();
+      context->shape[0] = static_cast<std::int64_t>(self.buffer.size());
+      context->tensor.dl_tensor.data = self.buffer.data();
+      context->tensor.dl_tensor.device = {type, id};
+      context->tensor.dl_tensor.ndim = 1;
+      context->tensor.dl_tensor.dtype = {dlpack::kDLUInt, 8, 1};
+      context->tensor.dl_tensor.shape = context->shape;
+      context->tensor.dl_tensor.strides = nullptr;
+      context->tensor.dl_tensor.byte_offset = 0;
+      context->tensor.manager_ctx = context.get();
+      context->tensor.deleter = delete_dlpack_tensor;
+      PyObject* const capsule = PyCapsule_New(&context->tensor, dlpack::capsule_name, delete_dlpack_capsule);
+      if (capsule == nullptr) { throw py::error_already_set(); }
+      context->owner = self_object.inc_ref().ptr();
+      (void)context.release();  // owned by the capsule (or its consumer) now
+      return py::reinterpret_steal<py::capsule>(capsule);
+    },
+    py::arg("stream") = py::none(),
+    "A DLPack capsule (\"dltensor\") of a 1-d uint8 tensor of size bytes, which keeps this buffer alive until "
+    "the consumer releases it. `stream`: the consumer's stream (must be None for a CPU consumer; -1: no "
+    "synchronisation); otherwise the buffer's stream is waited for first.");
+}};
+
+}  // namespace
+}  // namespace gpumem::python

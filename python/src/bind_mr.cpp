@@ -1,0 +1,470 @@
+// gpumem._gpumem.mr: the memory resources with RMM's Python names (rmm.mr), re-exported by gpumem/mr.py.
+//
+// One class per C++ resource: DeviceMemoryResource is the base (allocate/deallocate), the upstream
+// resources (CudaMemoryResource, ManagedMemoryResource, PinnedHostMemoryResource, CudaAsyncMemoryResource),
+// the sub-allocators (Pool, Arena, FixedSize, Binning) and the adaptors (Logging, Statistics, Tracking,
+// Limiting, FailureCallback).
+//
+// Lifetimes, which C++ leaves to the caller and Python must not:
+// - A resource built over an upstream keeps the upstream's Python object alive (py::keep_alive), so
+//   dropping the user's reference to the upstream cannot leave the C++ pointer dangling. The same holds
+//   for a bin resource given to BinningMemoryResource.add_bin.
+// - set_current_device_resource / set_per_device_resource keep the resource in a per-device table while it
+//   is set (C++ only stores a raw pointer). At interpreter exit the defaults are restored first (atexit).
+// - FailureCallbackResourceAdaptor holds its Python callback; the callback runs with the GIL held, and the
+//   reference is dropped with the GIL held whichever thread destroys the adaptor.
+// The GIL is released around allocate and deallocate (a pool may grow, a free may wait for the device).
+#include "conversions.hpp"
+#include "registry.hpp"
+
+#include <gpumem/cuda_device_id.hpp>
+#include <gpumem/mr/arena_memory_resource.hpp>
+#include <gpumem/mr/binning_memory_resource.hpp>
+#include <gpumem/mr/cuda_async_memory_resource.hpp>
+#include <gpumem/mr/cuda_memory_resource.hpp>
+#include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/mr/failure_callback_resource_adaptor.hpp>
+#include <gpumem/mr/fixed_size_memory_resource.hpp>
+#include <gpumem/mr/limiting_resource_adaptor.hpp>
+#include <gpumem/mr/logging_resource_adaptor.hpp>
+#include <gpumem/mr/managed_memory_resource.hpp>
+#include <gpumem/mr/per_device_resource.hpp>
+#include <gpumem/mr/pinned_host_memory_resource.hpp>
+#include <gpumem/mr/pool_memory_resource.hpp>
+#include <gpumem/mr/statistics_resource_adaptor.hpp>
+#include <gpumem/mr/tracking_resource_adaptor.hpp>
+
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace gpumem::python {
+namespace {
+
+using mr::device_memory_resource;
+
+/**
+ * @brief logging_resource_adaptor that remembers the file it writes (RMM's get_file_name()); the C++
+ * adaptor is final and does not keep the name, so this one forwards to it.
+ */
+class named_logging_adaptor final : public device_memory_resource {
+ public:
+  named_logging_adaptor(device_memory_resource* upstream, std::string file_name, bool auto_flush)
+    : file_name_{std::move(file_name)}, inner_{upstream, file_name_, auto_flush}
+  {
+  }
+
+  [[nodiscard]] std::string const& file_name() const noexcept { return file_name_; }
+  [[nodiscard]] mr::logging_resource_adaptor& inner() noexcept { return inner_; }
+
+ private:
+  void* do_allocate(std::size_t bytes, cuda_stream_view stream) override { return inner_.allocate(bytes, stream); }
+  void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override
+  {
+    inner_.deallocate(ptr, bytes, stream);
+  }
+  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override
+  {
+    auto const* logging = dynamic_cast<named_logging_adaptor const*>(&other);
+    return logging != nullptr && inner_.is_equal(logging->inner_);
+  }
+
+  std::string file_name_;  // before inner_: the adaptor's constructor reads it
+  mr::logging_resource_adaptor inner_;
+};
+
+/** @brief The Python object for a resource pointer: the existing wrapper when there is one, else a non-owning one. */
+py::object wrap(device_memory_resource* resource)
+{
+  return py::cast(resource, py::return_value_policy::reference);
+}
+
+/** @brief The resource a Python argument names (None -> null). */
+device_memory_resource* unwrap(py::handle resource)
+{
+  return resource.is_none() ? nullptr : resource.cast<device_memory_resource*>();
+}
+
+/** @brief Adds upstream_mr / get_upstream() (RMM's names) to a class whose C++ type has upstream_resource(). */
+template <typename Class>
+void add_upstream(Class& cls)
+{
+  using resource = typename Class::type;
+  cls.def_property_readonly(
+    "upstream_mr", [](resource const& self) { return wrap(self.upstream_resource()); },
+    "The resource this one obtains its memory from (kept alive by this one).");
+  cls.def(
+    "get_upstream", [](resource const& self) { return wrap(self.upstream_resource()); },
+    "The resource this one obtains its memory from (RMM's get_upstream()).");
+}
+
+/** @brief The pool statistics every stream-ordered sub-allocator (pool, fixed size) reports. */
+template <typename Class>
+void add_pool_statistics(Class& cls)
+{
+  using resource = typename Class::type;
+  cls.def(
+    "pool_size", [](resource const& self) { return self.pool_size(); },
+    "Bytes the pool holds from its upstream (the sum of its chunks).");
+  cls.def(
+    "used_bytes", [](resource const& self) { return self.bytes_in_use(); },
+    "Bytes handed out and not yet deallocated (each allocation counted as its block's size).");
+  cls.def(
+    "cached_bytes", [](resource const& self) { return self.bytes_cached(); },
+    "Bytes held but free: pool_size() - used_bytes().");
+  cls.def(
+    "largest_free_block", [](resource const& self) { return self.largest_free_block(); },
+    "The size of the largest free block (0 when none).");
+  cls.def(
+    "free_block_count", [](resource const& self) { return self.free_block_count(); }, "The number of free blocks.");
+  cls.def(
+    "chunk_count", [](resource const& self) { return self.chunk_count(); },
+    "The number of chunks held from the upstream.");
+}
+
+/** @brief RMM's Statistics record (a namedtuple) from one scope's counters. */
+py::object to_statistics(py::handle statistics_type, mr::statistics_resource_adaptor::counters const& c)
+{
+  return statistics_type(py::arg("current_bytes") = c.bytes.current, py::arg("current_count") = c.allocations.current,
+                         py::arg("peak_bytes") = c.bytes.peak, py::arg("peak_count") = c.allocations.peak,
+                         py::arg("total_bytes") = c.bytes.total, py::arg("total_count") = c.allocations.total);
+}
+
+registration const resources{binding_order::resources, "mr", [](py::module_& m) {
+  py::module_ sub = m.def_submodule("mr", "Memory resources with RMM's Python names (see gpumem.mr).");
+
+  // ---- the base class ---------------------------------------------------------------------------------
+  py::class_<device_memory_resource>(sub, "DeviceMemoryResource",
+                                     "Base class of every device memory resource: stream-ordered allocate and "
+                                     "deallocate of 256-byte aligned device memory. Not constructible itself.")
+    .def(
+      "allocate",
+      [](device_memory_resource& self, std::size_t nbytes, py::handle stream) {
+        cuda_stream_view const s = to_stream(stream);
+        py::gil_scoped_release const release;
+        return to_int(self.allocate(nbytes, s));
+      },
+      py::arg("nbytes"), py::arg("stream") = py::none(),
+      "Allocates `nbytes` bytes (256-byte aligned), usable at once by work on `stream` (None: the default "
+      "stream); returns the address as an int (0 for 0 bytes). Raises OutOfMemoryError (a MemoryError naming "
+      "the size) when the memory is not there.")
+    .def(
+      "deallocate",
+      [](device_memory_resource& self, py::handle ptr, std::size_t nbytes, py::handle stream) {
+        void* const p = to_pointer(ptr);
+        cuda_stream_view const s = to_stream(stream);
+        py::gil_scoped_release const release;
+        self.deallocate(p, nbytes, s);
+      },
+      py::arg("ptr"), py::arg("nbytes"), py::arg("stream") = py::none(),
+      "Returns `ptr` (from allocate(nbytes) of this resource) so that work on `stream` may reuse it at once: "
+      "all work using it must have been submitted to `stream` first. `nbytes` must be the allocated size.")
+    .def(
+      "is_equal", [](device_memory_resource const& self, device_memory_resource const& other) { return self.is_equal(other); },
+      py::arg("other"), "Whether memory from either resource may be deallocated by the other.");
+
+  // ---- upstream resources -----------------------------------------------------------------------------
+  py::class_<mr::cuda_memory_resource, device_memory_resource>(
+    sub, "CudaMemoryResource",
+    "cudaMalloc/cudaFree for every request (slow; use it as the upstream of a pool). On the host backend, "
+    "the emulated device's memory.")
+    .def(py::init<>(), "A resource on the current device; it has no state.");
+  py::class_<mr::managed_memory_resource, device_memory_resource>(
+    sub, "ManagedMemoryResource", "cudaMallocManaged: unified memory, accessible from the host and the device.")
+    .def(py::init<>(), "A managed-memory resource; it has no state.");
+  py::class_<mr::pinned_host_memory_resource, device_memory_resource>(
+    sub, "PinnedHostMemoryResource",
+    "cudaMallocHost: page-locked host memory that the device can access (fast transfers). Pinning is "
+    "expensive: allocate few, large blocks, or put a pool on top.")
+    .def(py::init<>(), "A pinned host memory resource; it has no state.");
+  py::class_<mr::cuda_async_memory_resource, device_memory_resource>(
+    sub, "CudaAsyncMemoryResource",
+    "cudaMallocAsync from a memory pool this resource owns (the driver's stream-ordered sub-allocator; "
+    "emulated on the host backend).")
+    .def(py::init([](std::optional<std::size_t> initial_pool_size, std::optional<std::size_t> release_threshold,
+                     bool enable_ipc, std::optional<std::size_t> maximum_pool_size) {
+           using handle = mr::cuda_async_memory_resource::allocation_handle_type;
+           std::optional<handle> const ipc = enable_ipc ? std::optional<handle>{handle::posix_file_descriptor} : std::nullopt;
+           return std::make_unique<mr::cuda_async_memory_resource>(initial_pool_size, release_threshold, ipc,
+                                                                   maximum_pool_size);
+         }),
+         py::arg("initial_pool_size") = py::none(), py::arg("release_threshold") = py::none(),
+         py::arg("enable_ipc") = false, py::arg("maximum_pool_size") = py::none(),
+         "A pool on the current device. initial_pool_size: bytes reserved at once; release_threshold: bytes kept "
+         "cached at synchronisation points (default: all); enable_ipc: exportable as POSIX file descriptors; "
+         "maximum_pool_size: a cap. Raises CUDARuntimeError where the device has no memory pools.")
+    .def("trim", &mr::cuda_async_memory_resource::trim, py::arg("keep_bytes") = 0,
+         py::call_guard<py::gil_scoped_release>(),
+         "Returns cached memory to the device until at most `keep_bytes` stay reserved.");
+
+  // ---- sub-allocators ---------------------------------------------------------------------------------
+  py::class_<mr::pool_memory_resource, device_memory_resource> pool(
+    sub, "PoolMemoryResource",
+    "A coalescing best-fit pool over an upstream resource: grows by doubling (up to maximum_pool_size), "
+    "splits blocks on allocation and coalesces them on deallocation. Keeps `upstream` alive.");
+  pool.def(py::init([](device_memory_resource* upstream, std::optional<std::size_t> initial_pool_size,
+                       std::optional<std::size_t> maximum_pool_size) {
+             py::gil_scoped_release const release;  // the initial pool is allocated from the upstream
+             return std::make_unique<mr::pool_memory_resource>(upstream, initial_pool_size.value_or(0),
+                                                               maximum_pool_size);
+           }),
+           py::arg("upstream"), py::arg("initial_pool_size") = py::none(), py::arg("maximum_pool_size") = py::none(),
+           py::keep_alive<1, 2>(),
+           "A pool over `upstream`. initial_pool_size: bytes obtained at once (None or 0: on first use); "
+           "maximum_pool_size: the most the pool may hold (None: no limit). Raises ValueError if the initial "
+           "size exceeds the maximum, OutOfMemoryError if the initial pool cannot be had.");
+  pool.def_property_readonly(
+    "maximum_pool_size", [](mr::pool_memory_resource const& self) { return self.maximum_pool_size(); },
+    "The maximum pool size given at construction, or None.");
+  add_upstream(pool);
+  add_pool_statistics(pool);
+
+  py::class_<mr::arena_memory_resource, device_memory_resource> arena(
+    sub, "ArenaMemoryResource",
+    "A global arena taken from the upstream at construction, served through per-thread arenas of "
+    "superblocks (low fragmentation under many threads). Keeps `upstream` alive.");
+  arena.def(py::init([](device_memory_resource* upstream, std::optional<std::size_t> arena_size,
+                        bool dump_log_on_failure) {
+              py::gil_scoped_release const release;
+              return std::make_unique<mr::arena_memory_resource>(upstream, arena_size, dump_log_on_failure);
+            }),
+            py::arg("upstream"), py::arg("arena_size") = py::none(), py::arg("dump_log_on_failure") = false,
+            py::keep_alive<1, 2>(),
+            "An arena of `arena_size` bytes (None: half the device's free memory; at least 1 MiB) from "
+            "`upstream`. dump_log_on_failure: write the arena's state to stderr when an allocation fails.");
+  arena.def_property_readonly("arena_size", &mr::arena_memory_resource::arena_size,
+                              "Bytes of the global arena taken from the upstream.");
+  arena.def("global_free_bytes", &mr::arena_memory_resource::global_free_bytes,
+            "Bytes free in the global arena (not held by a thread's arena).");
+  arena.def("dump_state", &mr::arena_memory_resource::dump_state, "A description of every arena and superblock.");
+  add_upstream(arena);
+
+  py::class_<mr::fixed_size_memory_resource, device_memory_resource> fixed(
+    sub, "FixedSizeMemoryResource",
+    "Blocks of one size (requests up to block_size bytes), obtained from the upstream in batches. Keeps "
+    "`upstream` alive.");
+  fixed.def(py::init([](device_memory_resource* upstream, std::size_t block_size, std::size_t blocks_to_preallocate) {
+              py::gil_scoped_release const release;
+              return std::make_unique<mr::fixed_size_memory_resource>(upstream, block_size, blocks_to_preallocate);
+            }),
+            py::arg("upstream"), py::arg("block_size") = mr::fixed_size_memory_resource::default_block_size,
+            py::arg("blocks_to_preallocate") = mr::fixed_size_memory_resource::default_blocks_per_batch,
+            py::keep_alive<1, 2>(),
+            "Blocks of `block_size` bytes (rounded up to 256), `blocks_to_preallocate` of them per upstream "
+            "request (one batch is obtained at once), as RMM's FixedSizeMemoryResource.");
+  fixed.def_property_readonly("block_size", &mr::fixed_size_memory_resource::block_size,
+                              "The size of every block (rounded up to 256).");
+  add_upstream(fixed);
+  add_pool_statistics(fixed);
+
+  py::class_<mr::binning_memory_resource, device_memory_resource> binning(
+    sub, "BinningMemoryResource",
+    "Sends each request to the smallest bin that fits it, or to the upstream when none does. Keeps "
+    "`upstream` and every bin resource alive.");
+  binning.def(py::init([](device_memory_resource* upstream, std::optional<int> min_size_exponent,
+                          std::optional<int> max_size_exponent) {
+                if (min_size_exponent.has_value() != max_size_exponent.has_value()) {
+                  throw py::value_error("BinningMemoryResource: give both min_size_exponent and max_size_exponent, or neither");
+                }
+                if (min_size_exponent) {
+                  return std::make_unique<mr::binning_memory_resource>(upstream, *min_size_exponent, *max_size_exponent);
+                }
+                return std::make_unique<mr::binning_memory_resource>(upstream);
+              }),
+              py::arg("upstream"), py::arg("min_size_exponent") = py::none(), py::arg("max_size_exponent") = py::none(),
+              py::keep_alive<1, 2>(),
+              "Bins of 2**min_size_exponent .. 2**max_size_exponent bytes (fixed-size resources over "
+              "`upstream`) when both are given; otherwise no bins until add_bin().");
+  binning.def(
+    "add_bin",
+    [](mr::binning_memory_resource& self, std::size_t allocation_size, py::handle bin_resource) {
+      self.add_bin(allocation_size, unwrap(bin_resource));
+    },
+    py::arg("allocation_size"), py::arg("bin_resource") = py::none(), py::keep_alive<1, 3>(),
+    "Adds a bin for requests up to `allocation_size` bytes, served by `bin_resource` (kept alive), or by a "
+    "new FixedSizeMemoryResource over the upstream when None. Raises ValueError once requests were served.");
+  binning.def_property_readonly("bin_sizes", &mr::binning_memory_resource::bin_sizes, "The bins' sizes, ascending.");
+  add_upstream(binning);
+
+  // ---- adaptors ---------------------------------------------------------------------------------------
+  py::class_<named_logging_adaptor, device_memory_resource> logging(
+    sub, "LoggingResourceAdaptor",
+    "Forwards to `upstream` and writes every allocate and free as a CSV row "
+    "(Thread,Time,Action,Pointer,Size,Stream) to a file. Keeps `upstream` alive.");
+  logging.def(py::init([](device_memory_resource* upstream, std::optional<std::string> log_file_name, bool auto_flush) {
+                if (!log_file_name) {
+                  char const* const from_environment = std::getenv(mr::logging_resource_adaptor::log_file_environment_variable);
+                  if (from_environment == nullptr || *from_environment == '\0') {
+                    throw py::value_error("LoggingResourceAdaptor: no log_file_name, and GPUMEM_LOG_FILE is not set");
+                  }
+                  log_file_name = from_environment;
+                }
+                return std::make_unique<named_logging_adaptor>(upstream, *log_file_name, auto_flush);
+              }),
+              py::arg("upstream"), py::arg("log_file_name") = py::none(), py::arg("auto_flush") = false,
+              py::keep_alive<1, 2>(),
+              "Logs to `log_file_name` (created or truncated; None: the file GPUMEM_LOG_FILE names). auto_flush: "
+              "write every row at once. Raises ValueError if the file cannot be opened.");
+  logging.def(
+    "flush", [](named_logging_adaptor& self) { self.inner().flush(); }, py::call_guard<py::gil_scoped_release>(),
+    "Writes the buffered rows to the file.");
+  logging.def(
+    "get_file_name", [](named_logging_adaptor const& self) { return self.file_name(); }, "The log file's name.");
+  logging.def_property_readonly(
+    "upstream_mr", [](named_logging_adaptor& self) { return wrap(self.inner().upstream_resource()); },
+    "The resource this adaptor forwards to.");
+  logging.def(
+    "get_upstream", [](named_logging_adaptor& self) { return wrap(self.inner().upstream_resource()); },
+    "The resource this adaptor forwards to (RMM's get_upstream()).");
+
+  // RMM's Statistics record.
+  py::object const statistics_type = py::module_::import("collections").attr("namedtuple")(
+    "Statistics", py::make_tuple("current_bytes", "current_count", "peak_bytes", "peak_count", "total_bytes", "total_count"));
+  statistics_type.attr("__module__") = "gpumem.mr";
+  statistics_type.attr("__doc__") =
+    "Counters of a StatisticsResourceAdaptor scope: bytes and allocation counts, current, peak and total "
+    "(sizes as requested).";
+  sub.attr("Statistics") = statistics_type;
+  py::handle const statistics = statistics_type;  // the submodule keeps it alive
+
+  py::class_<mr::statistics_resource_adaptor, device_memory_resource> stats(
+    sub, "StatisticsResourceAdaptor",
+    "Forwards to `upstream` and counts bytes and allocations (current, peak, total), in nested scopes "
+    "(push_counters / pop_counters). Keeps `upstream` alive.");
+  stats.def(py::init<device_memory_resource*>(), py::arg("upstream"), py::keep_alive<1, 2>(),
+            "Counts what goes through this adaptor to `upstream`.");
+  stats.def_property_readonly(
+    "allocation_counts",
+    [statistics](mr::statistics_resource_adaptor const& self) { return to_statistics(statistics, self.get_counters()); },
+    "The innermost scope's counters, a Statistics(current_bytes, current_count, peak_bytes, peak_count, "
+    "total_bytes, total_count).");
+  stats.def(
+    "push_counters",
+    [statistics](mr::statistics_resource_adaptor& self) { return to_statistics(statistics, self.push_counters()); },
+    "Opens a scope whose counters start at zero; returns the counters of the scope that was innermost.");
+  stats.def(
+    "pop_counters",
+    [statistics](mr::statistics_resource_adaptor& self) { return to_statistics(statistics, self.pop_counters()); },
+    "Closes the innermost scope, folds it into its parent and returns its counters. Raises ValueError if no "
+    "scope was pushed.");
+  add_upstream(stats);
+
+  py::class_<mr::tracking_resource_adaptor, device_memory_resource> tracking(
+    sub, "TrackingResourceAdaptor",
+    "Forwards to `upstream` and records every outstanding allocation (optionally with its call stack) to "
+    "find leaks. Keeps `upstream` alive.");
+  tracking.def(py::init<device_memory_resource*, bool>(), py::arg("upstream"), py::arg("capture_stacks") = false,
+               py::keep_alive<1, 2>(),
+               "Tracks what goes through this adaptor; capture_stacks records each allocation's call stack (slow).");
+  tracking.def("get_allocated_bytes", &mr::tracking_resource_adaptor::allocated_bytes,
+               "Bytes of all outstanding allocations, as requested.");
+  tracking.def_property_readonly("outstanding_count", &mr::tracking_resource_adaptor::outstanding_count,
+                                 "The number of outstanding allocations.");
+  tracking.def_property_readonly("invalid_deallocations", &mr::tracking_resource_adaptor::invalid_deallocations,
+                                 "Deallocations of unknown pointers or wrong sizes (not forwarded).");
+  tracking.def("get_outstanding_allocations_str", &mr::tracking_resource_adaptor::report,
+               "A report of the outstanding allocations: pointer, size, stream (and stack, if captured).");
+  tracking.def(
+    "log_outstanding_allocations",
+    [](mr::tracking_resource_adaptor const& self) { std::cerr << self.report() << '\n'; },
+    "Writes get_outstanding_allocations_str() to stderr.");
+  add_upstream(tracking);
+
+  py::class_<mr::limiting_resource_adaptor, device_memory_resource> limiting(
+    sub, "LimitingResourceAdaptor",
+    "Forwards to `upstream` while the bytes allocated through it stay within `allocation_limit`; a request "
+    "past the limit raises OutOfMemoryError naming its size. Keeps `upstream` alive.");
+  limiting.def(py::init<device_memory_resource*, std::size_t>(), py::arg("upstream"), py::arg("allocation_limit"),
+               py::keep_alive<1, 2>(),
+               "Caps the bytes allocated through this adaptor (each request rounded up to 256) at `allocation_limit`.");
+  limiting.def("get_allocated_bytes", &mr::limiting_resource_adaptor::get_allocated_bytes,
+               "Bytes allocated through the adaptor now (each request rounded up to 256).");
+  limiting.def("get_allocation_limit", &mr::limiting_resource_adaptor::get_allocation_limit, "The cap.");
+  add_upstream(limiting);
+
+  py::class_<mr::failure_callback_resource_adaptor, device_memory_resource> failure(
+    sub, "FailureCallbackResourceAdaptor",
+    "Forwards to `upstream`; when it runs out of memory, calls `callback(nbytes)` and retries the request "
+    "while the callback returns True (free memory in the callback, and return False to give up). Keeps "
+    "`upstream` and `callback` alive.");
+  failure.def(py::init([](device_memory_resource* upstream, py::function callback) {
+                // The reference is dropped with the GIL held, on whichever thread frees the adaptor.
+                std::shared_ptr<py::function> const held{new py::function(std::move(callback)), [](py::function* f) {
+                                                           py::gil_scoped_acquire const acquire;
+                                                           delete f;  // NOLINT(cppcoreguidelines-owning-memory)
+                                                         }};
+                mr::failure_callback_t call = [held](std::size_t bytes, void* /*arg*/) {
+                  py::gil_scoped_acquire const acquire;
+                  return (*held)(bytes).cast<bool>();
+                };
+                return std::make_unique<mr::failure_callback_resource_adaptor>(upstream, std::move(call), nullptr);
+              }),
+              py::arg("upstream"), py::arg("callback"), py::keep_alive<1, 2>(),
+              "Retries failed requests while `callback(nbytes) -> bool` returns True. An exception raised by "
+              "the callback propagates out of the allocation.");
+  add_upstream(failure);
+
+  // ---- per-device current resource --------------------------------------------------------------------
+  // device id -> the Python resource set for it. Leaked on purpose (the submodule also holds it): C++ keeps
+  // raw pointers to these resources, which must outlive any C++ use; the atexit hook below restores the
+  // defaults and empties the table before the interpreter tears modules down.
+  py::handle const table = py::dict().release();
+  sub.attr("_per_device_resources") = table;
+
+  auto get_per_device = [table](int device) -> py::object {
+    device_memory_resource* const current = mr::get_per_device_resource(cuda_device_id{device});
+    py::dict const held = py::reinterpret_borrow<py::dict>(table);
+    py::int_ const key{device};
+    if (held.contains(key)) {
+      py::object set = held[key];
+      if (set.cast<device_memory_resource*>() == current) { return set; }
+    }
+    return wrap(current);
+  };
+  auto set_per_device = [table](int device, py::object const& resource) -> py::object {
+    device_memory_resource* const previous_pointer = mr::get_per_device_resource(cuda_device_id{device});
+    py::dict held = py::reinterpret_borrow<py::dict>(table);
+    py::int_ const key{device};
+    py::object previous = held.contains(key) && held[key].cast<device_memory_resource*>() == previous_pointer
+                            ? py::object{held[key]}
+                            : wrap(previous_pointer);
+    (void)mr::set_per_device_resource(cuda_device_id{device}, unwrap(resource));
+    if (resource.is_none()) {
+      if (held.contains(key)) { PyDict_DelItem(held.ptr(), key.ptr()); }
+    } else {
+      held[key] = resource;
+    }
+    return previous;
+  };
+  sub.def("get_per_device_resource", get_per_device, py::arg("device"),
+          "The resource set for device `device` (its default CudaMemoryResource if none was set). Raises "
+          "ValueError for an invalid device.");
+  sub.def("set_per_device_resource", set_per_device, py::arg("device"), py::arg("mr"),
+          "Makes `mr` the resource of device `device` (None restores the default) and keeps it alive while it "
+          "is set; returns the previous one. Raises ValueError for an invalid device.");
+  sub.def(
+    "get_current_device_resource", [get_per_device] { return get_per_device(get_current_cuda_device().value()); },
+    "The current device's resource (what gpumem.alloc and DeviceBuffer use by default).");
+  sub.def(
+    "set_current_device_resource",
+    [set_per_device](py::object const& resource) { return set_per_device(get_current_cuda_device().value(), resource); },
+    py::arg("mr"),
+    "Makes `mr` the current device's resource (None restores the default) and keeps it alive while it is "
+    "set; returns the previous one. Memory it allocated must be freed before it is replaced and dropped.");
+  sub.def(
+    "_reset_all_device_resources",
+    [table] {
+      mr::reset_all_device_resources();
+      PyDict_Clear(table.ptr());
+    },
+    "Restores every device's default resource and drops the references held (run at interpreter exit).");
+  py::module_::import("atexit").attr("register")(sub.attr("_reset_all_device_resources"));
+}};
+
+}  // namespace
+}  // namespace gpumem::python
