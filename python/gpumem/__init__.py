@@ -26,7 +26,8 @@ from ._gpumem import (  # noqa: F401  (re-exported)
     zeros,
 )
 
-from . import mr  # noqa: E402,F401  (gpumem.mr: the memory resources)
+from . import cuda  # noqa: E402,F401  (gpumem.cuda: devices, streams, events, graphs; CuPy's names)
+from . import mr  # noqa: E402,F401  (gpumem.mr: the memory resources; RMM's names)
 
 __all__ = [
     "BufferState",
@@ -36,6 +37,7 @@ __all__ = [
     "UnifiedBuffer",
     "alloc",
     "allocation_size",
+    "cuda",
     "free",
     "mr",
     "zeros",
