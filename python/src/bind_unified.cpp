@@ -93,6 +93,19 @@ py::array host_array(py::object self, bool writable)
   return array;
 }
 
+/// The device copy, current for work on `stream` (copies host -> device when needed).
+device_view device_of(py::object self, py::handle stream)
+{
+  auto& b = self.cast<py_unified_buffer&>();
+  cuda_stream_view const s = to_stream(stream);
+  void* data = nullptr;
+  {
+    py::gil_scoped_release const release;
+    data = b.buffer.device(s);
+  }
+  return device_view{self, b.cuda_array_interface(data, false, s)};
+}
+
 registration const unified{binding_order::unified, "unified", [](py::module_& m) {
   py::enum_<buffer_state>(m, "BufferState", "Which copy of a UnifiedBuffer holds the current data.")
     .value("UNINITIALIZED", buffer_state::UNINITIALIZED)
@@ -134,25 +147,9 @@ UnifiedBuffer(shape, dtype, pinned=False): nothing is allocated until first use 
     .def_property_readonly("state", [](py_unified_buffer const& b) { return b.buffer.state(); })
     .def_property_readonly("host", [](py::object self) { return host_array(std::move(self), true); })
     .def_property_readonly("host_view", [](py::object self) { return host_array(std::move(self), false); })
-    .def_property_readonly("device", [](py::object self) {
-      auto& b = self.cast<py_unified_buffer&>();
-      void* data = nullptr;
-      {
-        py::gil_scoped_release const release;
-        data = b.buffer.device(cuda_stream_view{});
-      }
-      return device_view{self, b.cuda_array_interface(data, false, cuda_stream_view{})};
-    }, "The device copy on the default stream (see device(stream)).")
-    .def("device_for", [](py::object self, py::handle stream) {
-      auto& b = self.cast<py_unified_buffer&>();
-      cuda_stream_view const s = to_stream(stream);
-      void* data = nullptr;
-      {
-        py::gil_scoped_release const release;
-        data = b.buffer.device(s);
-      }
-      return device_view{self, b.cuda_array_interface(data, false, s)};
-    }, py::arg("stream"), "The device copy, current for work on `stream`.")
+    .def_property_readonly("device", [](py::object self) { return device_of(std::move(self), py::none()); },
+                           "The device copy on the default stream (see device_for(stream)).")
+    .def("device_for", &device_of, py::arg("stream"), "The device copy, current for work on `stream`.")
     .def("to_numpy", [](py::object self) {
       return host_array(std::move(self), false).attr("copy")();
     }, "A copy of the current data as a new NumPy array (copies device -> host if needed).")

@@ -207,11 +207,8 @@ void unified_storage::copy_from(void const* source, std::size_t bytes, cuda_stre
   order_on(stream);
   allocate_device(stream);
   copy_to_device(device_, source, bytes_, stream);
-  if (get_backend().is_pinned_host(source)) {
-    // From pinned memory the copy is asynchronous; the contract lets the caller reuse `source` at once.
-    order_event_.record(stream);
-    order_event_.synchronize();
-  }
+  // From pinned memory the copy is asynchronous; the contract lets the caller reuse `source` at once.
+  if (get_backend().is_pinned_host(source)) { wait_for(stream); }
   state_ = host_allocated_ ? buffer_state::DEVICE_DIRTY : buffer_state::DEVICE_ONLY;
   touch_device();
 }
@@ -231,9 +228,7 @@ void unified_storage::copy_to(void* destination, std::size_t bytes, cuda_stream_
   }
   order_on(stream);
   gpumem::copy_to_host(destination, device_, bytes_, stream);
-  // A pinned destination is copied asynchronously: wait for it, as the contract promises the data.
-  order_event_.record(stream);
-  order_event_.synchronize();
+  wait_for(stream);  // a pinned destination is copied asynchronously; the contract promises the data
 }
 
 void unified_storage::fill(void const* pattern, std::size_t pattern_bytes, cuda_stream_view stream)
@@ -317,6 +312,12 @@ void unified_storage::wait_host_copy()
   if (!host_copy_pending_) { return; }
   host_event_.synchronize();
   host_copy_pending_ = false;
+}
+
+void unified_storage::wait_for(cuda_stream_view stream)
+{
+  order_event_.record(stream);
+  order_event_.synchronize();
 }
 
 void unified_storage::order_on(cuda_stream_view stream)

@@ -86,11 +86,12 @@ struct pinned_memory_pool::impl {
     }
   }
 
-  /// Returns a pending block's bytes to the free list and its event to the spares. Caller holds the lock.
+  /// Returns a pending block's bytes to the free list and its event (if any) to the spares. Caller holds
+  /// the lock.
   void give_back(detail::free_block const& block, cudaEvent_t event) noexcept
   {
     pending_bytes -= block.size;
-    spare_events.push_back(event);
+    if (event != nullptr) { spare_events.push_back(event); }
     try {
       free_list.insert(block);
     } catch (...) {  // bad_alloc of a list node: the block is lost to the pool, never handed out twice
@@ -268,13 +269,7 @@ void pinned_memory_pool::deallocate_async(void* ptr, std::size_t bytes, cuda_str
     } catch (...) {  // NOLINT(bugprone-empty-catch): a failed stream's work never runs
     }
     std::lock_guard lock{impl_->mutex};
-    impl_->pending_bytes -= block.size;
-    if (event != nullptr) { impl_->spare_events.push_back(event); }
-    try {
-      impl_->free_list.insert(block);
-    } catch (...) {
-      std::fprintf(stderr, "gpumem: pinned_memory_pool: out of host memory while freeing; block dropped\n");
-    }
+    impl_->give_back(block, event);
     return;
   }
   std::lock_guard lock{impl_->mutex};

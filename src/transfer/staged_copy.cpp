@@ -485,30 +485,36 @@ void set_transfer_config(transfer_config const& config)
   s.config = config;
 }
 
-void copy_to_device(void* dst, void const* src, std::size_t bytes, cuda_stream_view stream)
+namespace {
+
+/// Both public copies: one asynchronous copy when the host side is pinned, else staged.
+void copy_between(direction dir, void* dst, void const* src, std::size_t bytes, cuda_stream_view stream,
+                  std::string_view caller)
 {
   if (bytes == 0) { return; }
-  expects(dst != nullptr, "dst is null (bytes = " + std::to_string(bytes) + ")");
-  expects(src != nullptr, "src is null (bytes = " + std::to_string(bytes) + ")");
+  auto const null_argument = [&](char const* name) {
+    return logic_error(std::string{caller} + ": " + name + " is null (bytes = " + std::to_string(bytes) + ")");
+  };
+  if (dst == nullptr) { throw null_argument("dst"); }
+  if (src == nullptr) { throw null_argument("src"); }
   auto& backend = detail::get_backend();
-  if (backend.is_pinned_host(src)) {
+  if (backend.is_pinned_host(dir == direction::to_device ? src : static_cast<void const*>(dst))) {
     backend.memcpy_async(dst, src, bytes, stream.value());
     return;
   }
-  staged(direction::to_device, dst, src, bytes, stream, "gpumem::copy_to_device");
+  staged(dir, dst, src, bytes, stream, caller);
+}
+
+}  // namespace
+
+void copy_to_device(void* dst, void const* src, std::size_t bytes, cuda_stream_view stream)
+{
+  copy_between(direction::to_device, dst, src, bytes, stream, "gpumem::copy_to_device");
 }
 
 void copy_to_host(void* dst, void const* src, std::size_t bytes, cuda_stream_view stream)
 {
-  if (bytes == 0) { return; }
-  expects(dst != nullptr, "dst is null (bytes = " + std::to_string(bytes) + ")");
-  expects(src != nullptr, "src is null (bytes = " + std::to_string(bytes) + ")");
-  auto& backend = detail::get_backend();
-  if (backend.is_pinned_host(dst)) {
-    backend.memcpy_async(dst, src, bytes, stream.value());
-    return;
-  }
-  staged(direction::to_host, dst, src, bytes, stream, "gpumem::copy_to_host");
+  copy_between(direction::to_host, dst, src, bytes, stream, "gpumem::copy_to_host");
 }
 
 }  // namespace gpumem

@@ -88,11 +88,7 @@ class unified_buffer_pool {
   void release(std::unique_ptr<unified_buffer<T>> buffer)
   {
     if (!buffer || !buffer->valid()) { return; }
-    auto const& theirs = buffer->storage().options();
-    expects(theirs.pinned == options_.pinned && theirs.device_resource == options_.device_resource &&
-              theirs.host_resource == options_.host_resource && theirs.pinned_pool == options_.pinned_pool &&
-              theirs.spill == options_.spill,
-            "the buffer was made with other unified_options than this pool's");
+    expects(buffer->storage().options() == options_, "the buffer was made with other unified_options than this pool's");
     std::size_t const capacity = buffer->storage().capacity();
     buffer->storage().reset_for_reuse(0);  // UNINITIALIZED: a spill now just frees the device copy
     std::vector<std::unique_ptr<unified_buffer<T>>> evicted;  // destroyed after the lock is released

@@ -32,6 +32,8 @@ struct unified_options {
   /// when another device allocation through the manager fails. Exclusive with `device_resource`. Must
   /// outlive the buffer.
   spill_manager* spill{nullptr};
+
+  friend bool operator==(unified_options const&, unified_options const&) = default;
 };
 
 }  // namespace gpumem

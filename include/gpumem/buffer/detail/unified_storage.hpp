@@ -99,6 +99,7 @@ class GPUMEM_EXPORT unified_storage {
   void touch_device() noexcept;                   // the device copy was used: newest in the LRU
   void wait_host_copy();                          // waits for host_event_ if a copy is pending
   void order_on(cuda_stream_view stream);         // later work on `stream` follows the buffer's earlier work
+  void wait_for(cuda_stream_view stream);         // blocks until `stream`'s work so far has completed
   void copy_host_to_device(cuda_stream_view stream);
   void copy_device_to_host(cuda_stream_view stream);
   void free_device() noexcept;                    // on stream_; unregisters from spill_
