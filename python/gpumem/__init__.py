@@ -19,26 +19,43 @@ from ._gpumem import (  # noqa: F401  (re-exported)
     CUDARuntimeError,
     DeviceBuffer,
     OutOfMemoryError,
+    SpillManager,
     UnifiedBuffer,
+    UnifiedBufferPool,
+    UnifiedDeviceView,
     alloc,
     allocation_size,
     free,
+    live_allocation_count,
     zeros,
 )
 
 from . import cuda  # noqa: E402,F401  (gpumem.cuda: devices, streams, events, graphs; CuPy's names)
 from . import mr  # noqa: E402,F401  (gpumem.mr: the memory resources; RMM's names)
+from . import statistics  # noqa: E402,F401  (gpumem.statistics: RMM's rmm.statistics)
+from ._reinitialize import reinitialize  # noqa: E402,F401
+from .unified import Accelerator, get_accelerator, get_memory_pool, set_memory_pool  # noqa: E402,F401
 
 __all__ = [
+    "Accelerator",
     "BufferState",
     "CUDARuntimeError",
     "DeviceBuffer",
     "OutOfMemoryError",
+    "SpillManager",
     "UnifiedBuffer",
+    "UnifiedBufferPool",
+    "UnifiedDeviceView",
     "alloc",
     "allocation_size",
     "cuda",
     "free",
+    "get_accelerator",
+    "get_memory_pool",
+    "live_allocation_count",
     "mr",
+    "reinitialize",
+    "set_memory_pool",
+    "statistics",
     "zeros",
 ]

@@ -14,7 +14,7 @@
 // Host backend: the "device" memory is host memory, so __dlpack_device__ reports kDLCPU (1) and NumPy can
 // take the buffer with numpy.from_dlpack; on the cuda backend it reports kDLCUDA (2) and the device id.
 #include "conversions.hpp"
-#include "dlpack.hpp"
+#include "dlpack_export.hpp"
 #include "registry.hpp"
 
 #include <gpumem/backend/backend.hpp>
@@ -101,42 +101,10 @@ py::object interface_stream(cuda_stream_view stream)
   return py::int_(to_int(stream.value()));
 }
 
-/** @brief The manager_ctx of an exported DLManagedTensor: the owner and the shape array. */
-struct dlpack_context {
-  PyObject* owner;  ///< a strong reference to the DeviceBuffer
-  std::int64_t shape[1];  // NOLINT(cppcoreguidelines-avoid-c-arrays): DLPack wants an int64_t*
-  dlpack::DLManagedTensor tensor;
-};
-
-/** @brief The DLManagedTensor deleter: drops the DeviceBuffer (taking the GIL: any thread may call it). */
-void delete_dlpack_tensor(dlpack::DLManagedTensor* tensor)
-{
-  auto* const context = static_cast<dlpack_context*>(tensor->manager_ctx);
-  // Py_IsInitialized() is already false while the interpreter finalises (and clears the modules that may
-  // hold the capsule's consumer): the thread that finalises still has its thread state, and must drop the
-  // buffer so that its resource is destroyed (a logging adaptor writes its file then). After finalisation,
-  // neither holds, and the reference is leaked rather than touched.
-  if (Py_IsInitialized() != 0 || PyGILState_GetThisThreadState() != nullptr) {
-    PyGILState_STATE const state = PyGILState_Ensure();
-    Py_DECREF(context->owner);
-    PyGILState_Release(state);
-  }
-  delete context;  // NOLINT(cppcoreguidelines-owning-memory)
-}
-
-/** @brief The capsule's destructor: frees the tensor if no consumer took it (it would have renamed the capsule). */
-void delete_dlpack_capsule(PyObject* capsule)
-{
-  if (PyCapsule_IsValid(capsule, dlpack::capsule_name) == 0) { return; }  // consumed: the consumer owns it
-  auto* const tensor = static_cast<dlpack::DLManagedTensor*>(PyCapsule_GetPointer(capsule, dlpack::capsule_name));
-  if (tensor != nullptr && tensor->deleter != nullptr) { tensor->deleter(tensor); }
-}
-
 /** @brief (device type, device id) as __dlpack_device__ reports them (see the file comment). */
 std::pair<std::int32_t, std::int32_t> dlpack_device(py_device_buffer const& self)
 {
-  if (current_backend_kind() == backend_kind::host) { return {dlpack::kDLCPU, 0}; }
-  return {dlpack::kDLCUDA, self.buffer.device().value()};
+  return dlpack_device_of(self.buffer.device().value());
 }
 
 registration const buffers{binding_order::buffers, "device_buffer", [](py::module_& m) {
@@ -313,33 +281,15 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
     "__dlpack__",
     [](py::object const& self_object, py::object const& stream) {
       auto& self = self_object.cast<py_device_buffer&>();
-      auto const [type, id] = dlpack_device(self);
-      if (type == dlpack::kDLCPU) {
-        if (!stream.is_none()) { throw py::value_error("DeviceBuffer.__dlpack__: stream must be None for a CPU consumer"); }
-      }
+      auto const device = dlpack_device(self);
       // The consumer's stream must see the buffer's work: a host wait is the simple, safe order (stream -1:
       // the consumer orders it itself).
-      bool const consumer_orders = !stream.is_none() && py::isinstance<py::int_>(stream) && stream.cast<std::int64_t>() == -1;
-      if (!consumer_orders) {
+      if (!dlpack_consumer_orders(stream, device.first, "DeviceBuffer.__dlpack__")) {
         py::gil_scoped_release const release;
         self.buffer.stream().synchronize();
       }
-      auto context = std::make_unique<dlpack_context>();
-      context->shape[0] = static_cast<std::int64_t>(self.buffer.size());
-      context->tensor.dl_tensor.data = self.buffer.data();
-      context->tensor.dl_tensor.device = {type, id};
-      context->tensor.dl_tensor.ndim = 1;
-      context->tensor.dl_tensor.dtype = {dlpack::kDLUInt, 8, 1};
-      context->tensor.dl_tensor.shape = context->shape;
-      context->tensor.dl_tensor.strides = nullptr;
-      context->tensor.dl_tensor.byte_offset = 0;
-      context->tensor.manager_ctx = context.get();
-      context->tensor.deleter = delete_dlpack_tensor;
-      PyObject* const capsule = PyCapsule_New(&context->tensor, dlpack::capsule_name, delete_dlpack_capsule);
-      if (capsule == nullptr) { throw py::error_already_set(); }
-      context->owner = self_object.inc_ref().ptr();
-      (void)context.release();  // owned by the capsule (or its consumer) now
-      return py::reinterpret_steal<py::capsule>(capsule);
+      return make_dlpack_capsule(self_object, self.buffer.data(), {static_cast<std::int64_t>(self.buffer.size())},
+                                 {dlpack::kDLUInt, 8, 1}, device);
     },
     py::arg("stream") = py::none(),
     "A DLPack capsule (\"dltensor\") of a 1-d uint8 tensor of size bytes, which keeps this buffer alive until "

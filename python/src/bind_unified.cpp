@@ -1,193 +1,296 @@
 // gpumem.UnifiedBuffer: a unified_buffer (include/gpumem/buffer/unified_buffer.hpp) with a shape and a
 // NumPy dtype. `.host` is a NumPy array on the host copy (taking it is a host write access: the state goes
 // from SYNCHRONIZED to HOST_DIRTY, as host() does in C++), `.host_view` a read-only one, `.device` (or
-// device(stream)) an object with __cuda_array_interface__ on the current device copy, `.state` a
-// BufferState with the published names. Arrays and device views keep the buffer alive.
+// device_for(stream)) a view of the current device copy with __cuda_array_interface__ and DLPack, `.state`
+// a BufferState with the published names. Arrays, views and capsules keep the buffer alive, and are counted
+// (py_unified_buffer::exports) so that a pool never takes back memory still in use.
 #include "conversions.hpp"
+#include "dlpack_export.hpp"
 #include "registry.hpp"
+#include "unified_object.hpp"
 
 #include <gpumem/buffer/buffer_state.hpp>
+#include <gpumem/buffer/spill_manager.hpp>
 #include <gpumem/buffer/unified_buffer.hpp>
 
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <cstddef>
-#include <functional>
-#include <numeric>
+#include <limits>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gpumem::python {
+
+std::vector<py::ssize_t> to_shape(py::handle shape)
+{
+  std::vector<py::ssize_t> dims;
+  if (py::isinstance<py::int_>(shape)) {
+    dims.push_back(shape.cast<py::ssize_t>());
+  } else {
+    dims = shape.cast<std::vector<py::ssize_t>>();
+  }
+  return dims;
+}
+
+std::size_t shape_bytes(std::vector<py::ssize_t> const& shape, py::dtype const& dtype)
+{
+  std::size_t bytes = static_cast<std::size_t>(dtype.itemsize());
+  for (auto const extent : shape) {
+    if (extent < 0) { throw py::value_error("UnifiedBuffer: negative extent " + std::to_string(extent) + " in the shape"); }
+    auto const e = static_cast<std::size_t>(extent);
+    if (e != 0 && bytes > std::numeric_limits<std::size_t>::max() / 2 / e) {
+      throw py::value_error("UnifiedBuffer: the shape's size in bytes overflows");
+    }
+    bytes *= e;
+  }
+  return bytes;
+}
+
 namespace {
 
-using bytes_buffer = unified_buffer<std::byte>;
+/** @brief One live export (array, view, capsule) of a UnifiedBuffer's memory; counted while it lives. */
+class export_token {
+ public:
+  explicit export_token(py::object owner) : owner_{std::move(owner)} { ++owner_.cast<py_unified_buffer&>().exports; }
+  export_token(export_token const&) = delete;
+  export_token& operator=(export_token const&) = delete;
+  ~export_token() { --owner_.cast<py_unified_buffer&>().exports; }  // runs with the GIL (Python deallocation)
 
-/** @brief The Python object behind gpumem.UnifiedBuffer. */
-struct py_unified_buffer {
-  std::vector<py::ssize_t> shape;
-  py::dtype dtype;
-  bytes_buffer buffer;
+  [[nodiscard]] py::object const& owner() const noexcept { return owner_; }
 
-  py_unified_buffer(std::vector<py::ssize_t> shape_, py::dtype dtype_, bool pinned)
-    : shape{std::move(shape_)}, dtype{std::move(dtype_)}, buffer{checked_bytes(shape, dtype), make_options(pinned)}
-  {
-  }
-
-  static unified_options make_options(bool pinned)
-  {
-    unified_options options;
-    options.pinned = pinned;
-    return options;
-  }
-
-  static std::size_t checked_bytes(std::vector<py::ssize_t> const& shape, py::dtype const& dtype)
-  {
-    std::size_t count = 1;
-    for (auto const extent : shape) {
-      if (extent < 0) { throw py::value_error("UnifiedBuffer: negative extent " + std::to_string(extent) + " in the shape"); }
-      count *= static_cast<std::size_t>(extent);
-    }
-    return count * static_cast<std::size_t>(dtype.itemsize());
-  }
-
-  [[nodiscard]] std::size_t count() const
-  {
-    return std::accumulate(shape.begin(), shape.end(), std::size_t{1},
-                           [](std::size_t a, py::ssize_t b) { return a * static_cast<std::size_t>(b); });
-  }
-
-  [[nodiscard]] py::dict cuda_array_interface(void const* data, bool read_only, cuda_stream_view stream) const
-  {
-    py::dict cai;
-    cai["shape"] = py::tuple(py::cast(shape));
-    cai["typestr"] = dtype.attr("str");
-    cai["data"] = py::make_tuple(to_int(data), read_only);
-    cai["strides"] = py::none();
-    cai["version"] = 3;
-    // The data are ready on `stream` (protocol v3: a consumer synchronises with it); the default stream is
-    // reported as 1 (legacy), as the protocol asks, never 0.
-    auto const handle = to_int(stream.value());
-    cai["stream"] = handle == 0 ? py::int_(1) : py::int_(handle);
-    return cai;
-  }
+ private:
+  py::object owner_;
 };
 
-/** @brief What `.device` returns: the device copy as __cuda_array_interface__ (keeps the buffer alive). */
+/** @brief What `.device` returns: the device copy, current for work on `stream`. */
 struct device_view {
-  py::object owner;  // the UnifiedBuffer
-  py::dict interface;
+  std::shared_ptr<export_token> token;
+  void* data{};
+  cuda_stream_view stream;
+
+  [[nodiscard]] py_unified_buffer& buffer() const { return token->owner().cast<py_unified_buffer&>(); }
 };
 
-py::array host_array(py::object self, bool writable)
+/** @brief A NumPy base object that holds an export token: the array keeps the buffer alive and counted. */
+py::capsule token_capsule(py::object const& self)
+{
+  auto* token = new std::shared_ptr<export_token>(std::make_shared<export_token>(self));  // NOLINT: owned by the capsule
+  return py::capsule{token, [](void* p) { delete static_cast<std::shared_ptr<export_token>*>(p); }};
+}
+
+py::array host_array(py::object const& self, bool writable)
 {
   auto& b = self.cast<py_unified_buffer&>();
+  bytes_buffer& buffer = b.get();
   void const* data = nullptr;
   {
     py::gil_scoped_release const release;  // may wait for a copy from the device
-    data = writable ? static_cast<void const*>(b.buffer.host().data()) : b.buffer.host_view().data();
+    data = writable ? static_cast<void const*>(buffer.host().data()) : buffer.host_view().data();
   }
-  py::array array{b.dtype, b.shape, {}, data, self};
+  py::array array{b.dtype, b.shape, {}, data, token_capsule(self)};
   if (!writable) { array.attr("flags").attr("writeable") = false; }
   return array;
 }
 
 /// The device copy, current for work on `stream` (copies host -> device when needed).
-device_view device_of(py::object self, py::handle stream)
+device_view device_of(py::object const& self, py::handle stream)
 {
   auto& b = self.cast<py_unified_buffer&>();
+  bytes_buffer& buffer = b.get();
   cuda_stream_view const s = to_stream(stream);
   void* data = nullptr;
   {
     py::gil_scoped_release const release;
-    data = b.buffer.device(s);
+    data = buffer.device(s);
   }
-  return device_view{self, b.cuda_array_interface(data, false, s)};
+  return device_view{std::make_shared<export_token>(self), data, s};
+}
+
+py::dict cuda_array_interface(device_view const& view)
+{
+  py_unified_buffer const& b = view.buffer();
+  py::dict cai;
+  cai["shape"] = py::tuple(py::cast(b.shape));
+  cai["typestr"] = b.dtype.attr("str");
+  cai["data"] = py::make_tuple(to_int(view.data), false);
+  cai["strides"] = py::none();
+  cai["version"] = 3;
+  // The data are ready on the view's stream (protocol v3: a consumer synchronises with it); the default
+  // stream is reported as 1 (legacy), as the protocol asks, never 0.
+  auto const handle = to_int(view.stream.value());
+  cai["stream"] = handle == 0 ? py::int_(1) : py::int_(handle);
+  return cai;
+}
+
+std::pair<std::int32_t, std::int32_t> dlpack_device(device_view const& view)
+{
+  return dlpack_device_of(view.buffer().get().storage().device_id().value());
+}
+
+unified_options make_options(bool pinned, py::handle spill)
+{
+  unified_options options;
+  options.pinned = pinned;
+  options.spill = spill_of(spill);
+  return options;
 }
 
 registration const unified{binding_order::unified, "unified", [](py::module_& m) {
   py::enum_<buffer_state>(m, "BufferState", "Which copy of a UnifiedBuffer holds the current data.")
-    .value("UNINITIALIZED", buffer_state::UNINITIALIZED)
-    .value("HOST_ONLY", buffer_state::HOST_ONLY)
-    .value("DEVICE_ONLY", buffer_state::DEVICE_ONLY)
-    .value("SYNCHRONIZED", buffer_state::SYNCHRONIZED)
-    .value("HOST_DIRTY", buffer_state::HOST_DIRTY)
-    .value("DEVICE_DIRTY", buffer_state::DEVICE_DIRTY);
+    .value("UNINITIALIZED", buffer_state::UNINITIALIZED, "Neither copy holds data yet.")
+    .value("HOST_ONLY", buffer_state::HOST_ONLY, "Only the host copy exists.")
+    .value("DEVICE_ONLY", buffer_state::DEVICE_ONLY, "Only the device copy exists.")
+    .value("SYNCHRONIZED", buffer_state::SYNCHRONIZED, "Both copies exist and are equal.")
+    .value("HOST_DIRTY", buffer_state::HOST_DIRTY, "Both exist; the host copy is newer.")
+    .value("DEVICE_DIRTY", buffer_state::DEVICE_DIRTY, "Both exist; the device copy is newer.");
 
-  py::class_<device_view>(m, "UnifiedDeviceView", "The device copy of a UnifiedBuffer, for CuPy, Numba, PyTorch.")
-    .def_property_readonly("__cuda_array_interface__", [](device_view const& v) { return v.interface; })
-    .def_property_readonly("ptr", [](device_view const& v) { return v.interface["data"].cast<py::tuple>()[0]; });
+  py::class_<device_view>(m, "UnifiedDeviceView", R"doc(The device copy of a UnifiedBuffer, for CuPy, Numba and PyTorch.
+
+It exports __cuda_array_interface__ (v3, with the stream the copy was made current on) and DLPack, and
+keeps its buffer alive. A kernel that writes through it must be followed by buffer.mark_device_dirty().)doc")
+    .def_property_readonly("__cuda_array_interface__", &cuda_array_interface,
+                           "The CUDA Array Interface (version 3) of the device copy.")
+    .def_property_readonly("ptr", [](device_view const& v) { return to_int(v.data); }, "The device address (an int).")
+    .def_property_readonly("stream", [](device_view const& v) { return to_int(v.stream.value()); },
+                           "The stream (cudaStream_t as an int; 0: the default stream) the copy is current on.")
+    .def(
+      "__dlpack_device__",
+      [](device_view const& v) {
+        auto const [type, id] = dlpack_device(v);
+        return py::make_tuple(type, id);
+      },
+      "(device type, device id) for DLPack: (2, device) on the cuda backend; (1, 0) on the host backend.")
+    .def(
+      "__dlpack__",
+      [](py::object const& self_object, py::object const& stream) {
+        auto const& view = self_object.cast<device_view const&>();
+        auto const device = dlpack_device(view);
+        if (!dlpack_consumer_orders(stream, device.first, "UnifiedDeviceView.__dlpack__")) {
+          py::gil_scoped_release const release;
+          view.stream.synchronize();
+        }
+        py_unified_buffer const& b = view.buffer();
+        std::vector<std::int64_t> shape(b.shape.begin(), b.shape.end());
+        return make_dlpack_capsule(self_object, view.data, std::move(shape), dlpack_dtype_of(b.dtype), device);
+      },
+      py::arg("stream") = py::none(),
+      "A DLPack capsule of the device copy with the buffer's shape and dtype, keeping the buffer alive until "
+      "the consumer releases it. `stream`: the consumer's stream (None for a CPU consumer; -1: no "
+      "synchronisation); otherwise the view's stream is waited for first.");
 
   py::class_<py_unified_buffer>(m, "UnifiedBuffer", R"doc(
 An array with a host copy and a device copy that knows which is current (gpumem::unified_buffer).
 
-UnifiedBuffer(shape, dtype, pinned=False): nothing is allocated until first use (state UNINITIALIZED).
+UnifiedBuffer(shape, dtype="float32", pinned=False, spill=None): nothing is allocated until first use
+(state UNINITIALIZED). pinned: the host copy is pinned (syncs are single asynchronous copies); spill: a
+SpillManager whose budget the device copy counts against, and which may give it up when the budget is full.
 .host        a NumPy array on the host copy; taking it is a host write access (SYNCHRONIZED -> HOST_DIRTY)
 .host_view   a read-only NumPy array on the host copy (never dirties anything)
-.device      the device copy (copies host -> device if needed) with __cuda_array_interface__; after a
-             kernel wrote it, call mark_device_dirty()
+.device      the device copy (copies host -> device if needed) with __cuda_array_interface__ and DLPack;
+             after a kernel wrote it, call mark_device_dirty()
 .state       a BufferState
 )doc")
-    .def(py::init([](py::object shape, py::object dtype, bool pinned) {
-           std::vector<py::ssize_t> dims;
-           if (py::isinstance<py::int_>(shape)) {
-             dims.push_back(shape.cast<py::ssize_t>());
-           } else {
-             dims = shape.cast<std::vector<py::ssize_t>>();
-           }
-           return py_unified_buffer{std::move(dims), py::dtype::from_args(dtype), pinned};
+    .def(py::init([](py::object const& shape, py::object const& dtype, bool pinned, py::object const& spill) {
+           auto dims = to_shape(shape);
+           auto type = py::dtype::from_args(dtype);
+           std::size_t const bytes = shape_bytes(dims, type);
+           unified_options const options = make_options(pinned, spill);
+           auto buffer = std::make_unique<bytes_buffer>(bytes, options);
+           return py_unified_buffer{spill, std::move(dims), std::move(type), std::move(buffer), 0};
          }),
-         py::arg("shape"), py::arg("dtype") = py::str("float32"), py::arg("pinned") = false)
-    .def_property_readonly("shape", [](py_unified_buffer const& b) { return py::tuple(py::cast(b.shape)); })
-    .def_property_readonly("dtype", [](py_unified_buffer const& b) { return b.dtype; })
-    .def_property_readonly("size", &py_unified_buffer::count)
-    .def_property_readonly("nbytes", [](py_unified_buffer const& b) { return b.buffer.size_bytes(); })
-    .def_property_readonly("pinned", [](py_unified_buffer const& b) { return b.buffer.is_pinned(); })
-    .def_property_readonly("state", [](py_unified_buffer const& b) { return b.buffer.state(); })
-    .def_property_readonly("host", [](py::object self) { return host_array(std::move(self), true); })
-    .def_property_readonly("host_view", [](py::object self) { return host_array(std::move(self), false); })
-    .def_property_readonly("device", [](py::object self) { return device_of(std::move(self), py::none()); },
+         py::arg("shape"), py::arg("dtype") = py::str("float32"), py::arg("pinned") = false,
+         py::arg("spill") = py::none(),
+         "Makes an UNINITIALIZED buffer of `shape` (an int or a tuple) and `dtype`. Raises ValueError for a "
+         "negative extent.")
+    .def_property_readonly("shape", [](py_unified_buffer const& b) { return py::tuple(py::cast(b.shape)); },
+                           "The shape (a tuple).")
+    .def_property_readonly("dtype", [](py_unified_buffer const& b) { return b.dtype; }, "The NumPy dtype.")
+    .def_property_readonly("size", &py_unified_buffer::count, "The number of elements.")
+    .def_property_readonly("nbytes", [](py_unified_buffer const& b) { return b.get().size_bytes(); },
+                           "The size in bytes.")
+    .def_property_readonly("pinned", [](py_unified_buffer const& b) { return b.get().is_pinned(); },
+                           "Whether the host copy is in pinned memory.")
+    .def_property_readonly("state", [](py_unified_buffer const& b) { return b.get().state(); },
+                           "Which copy is current: a BufferState.")
+    .def_property_readonly("released", [](py_unified_buffer const& b) { return !b.buffer; },
+                           "True once the buffer was released to a pool (it can no longer be used).")
+    .def_property_readonly("exports", [](py_unified_buffer const& b) { return b.exports; },
+                           "How many NumPy arrays, device views and DLPack capsules over this buffer are alive.")
+    .def_property_readonly("host", [](py::object const& self) { return host_array(self, true); },
+                           "A writable NumPy array on the host copy (a host write access: marks the host dirty).")
+    .def_property_readonly("host_view", [](py::object const& self) { return host_array(self, false); },
+                           "A read-only NumPy array on the host copy (copies device -> host if needed).")
+    .def_property_readonly("device", [](py::object const& self) { return device_of(self, py::none()); },
                            "The device copy on the default stream (see device_for(stream)).")
     .def("device_for", &device_of, py::arg("stream"), "The device copy, current for work on `stream`.")
-    .def("to_numpy", [](py::object self) {
-      return host_array(std::move(self), false).attr("copy")();
-    }, "A copy of the current data as a new NumPy array (copies device -> host if needed).")
-    .def("sync_to_device", [](py_unified_buffer& b, py::handle stream) {
-      cuda_stream_view const s = to_stream(stream);
-      py::gil_scoped_release const release;
-      b.buffer.sync_to_device(s);
-    }, py::arg("stream") = py::none())
-    .def("sync_to_host", [](py_unified_buffer& b, py::handle stream) {
-      cuda_stream_view const s = to_stream(stream);
-      py::gil_scoped_release const release;
-      b.buffer.sync_to_host(s);
-    }, py::arg("stream") = py::none())
-    .def("mark_host_dirty", [](py_unified_buffer& b) { b.buffer.mark_host_dirty(); })
-    .def("mark_device_dirty", [](py_unified_buffer& b) { b.buffer.mark_device_dirty(); })
-    .def("copy_from", [](py_unified_buffer& b, py::object source, py::handle stream) {
-      py::array const array = py::array::ensure(source, py::array::c_style);
-      if (!array) { throw py::type_error("UnifiedBuffer.copy_from: the source must be array-like"); }
-      auto const bytes = static_cast<std::size_t>(array.nbytes());
-      if (bytes != b.buffer.size_bytes()) {
-        throw py::value_error("UnifiedBuffer.copy_from: the source has " + std::to_string(bytes) +
-                              " bytes, the buffer " + std::to_string(b.buffer.size_bytes()));
-      }
-      cuda_stream_view const s = to_stream(stream);
-      std::span<std::byte const> const span{static_cast<std::byte const*>(array.data()), bytes};
-      py::gil_scoped_release const release;
-      b.buffer.copy_from(span, s);
-    }, py::arg("source"), py::arg("stream") = py::none(),
-       "Copies a host array (C-contiguous, same number of bytes) into the device copy: DEVICE_ONLY or DEVICE_DIRTY.")
-    .def("zeros", [](py_unified_buffer& b, py::handle stream) {
-      cuda_stream_view const s = to_stream(stream);
-      py::gil_scoped_release const release;
-      b.buffer.zeros(s);
-    }, py::arg("stream") = py::none(), "Sets every byte of the device copy to zero.")
-    .def("__len__", [](py_unified_buffer const& b) { return b.shape.empty() ? 1 : b.shape[0]; })
+    .def(
+      "to_numpy", [](py::object const& self) { return host_array(self, false).attr("copy")(); },
+      "A copy of the current data as a new NumPy array (copies device -> host if needed).")
+    .def(
+      "sync_to_device",
+      [](py_unified_buffer& b, py::handle stream) {
+        bytes_buffer& buffer = b.get();
+        cuda_stream_view const s = to_stream(stream);
+        py::gil_scoped_release const release;
+        buffer.sync_to_device(s);
+      },
+      py::arg("stream") = py::none(), "Makes the device copy current (copies host -> device if it is older).")
+    .def(
+      "sync_to_host",
+      [](py_unified_buffer& b, py::handle stream) {
+        bytes_buffer& buffer = b.get();
+        cuda_stream_view const s = to_stream(stream);
+        py::gil_scoped_release const release;
+        buffer.sync_to_host(s);
+      },
+      py::arg("stream") = py::none(), "Makes the host copy current (copies device -> host if it is older).")
+    .def(
+      "mark_host_dirty", [](py_unified_buffer& b) { b.get().mark_host_dirty(); },
+      "Declares that the host copy was written (it becomes the current one). Raises ValueError where that "
+      "would lose a device write (DEVICE_DIRTY).")
+    .def(
+      "mark_device_dirty", [](py_unified_buffer& b) { b.get().mark_device_dirty(); },
+      "Declares that a kernel wrote the device copy (it becomes the current one). Raises ValueError where "
+      "that would lose a host write (HOST_DIRTY).")
+    .def(
+      "copy_from",
+      [](py_unified_buffer& b, py::object const& source, py::handle stream) {
+        bytes_buffer& buffer = b.get();
+        py::array const array = py::array::ensure(source, py::array::c_style);
+        if (!array) { throw py::type_error("UnifiedBuffer.copy_from: the source must be array-like"); }
+        auto const bytes = static_cast<std::size_t>(array.nbytes());
+        if (bytes != buffer.size_bytes()) {
+          throw py::value_error("UnifiedBuffer.copy_from: the source has " + std::to_string(bytes) +
+                                " bytes, the buffer " + std::to_string(buffer.size_bytes()));
+        }
+        cuda_stream_view const s = to_stream(stream);
+        std::span<std::byte const> const span{static_cast<std::byte const*>(array.data()), bytes};
+        py::gil_scoped_release const release;
+        buffer.copy_from(span, s);
+      },
+      py::arg("source"), py::arg("stream") = py::none(),
+      "Copies a host array (C-contiguous, same number of bytes) into the device copy: DEVICE_ONLY or DEVICE_DIRTY.")
+    .def(
+      "zeros",
+      [](py_unified_buffer& b, py::handle stream) {
+        bytes_buffer& buffer = b.get();
+        cuda_stream_view const s = to_stream(stream);
+        py::gil_scoped_release const release;
+        buffer.zeros(s);
+      },
+      py::arg("stream") = py::none(), "Sets every byte of the device copy to zero.")
+    .def(
+      "__len__", [](py_unified_buffer const& b) { return b.shape.empty() ? py::ssize_t{1} : b.shape[0]; },
+      "The first extent (1 for a 0-d buffer).")
     .def("__repr__", [](py_unified_buffer const& b) {
+      std::string const state = b.buffer ? std::string{to_string(b.buffer->state())} : std::string{"released"};
       return "UnifiedBuffer(shape=" + std::string{py::str(py::tuple(py::cast(b.shape)))} + ", dtype=" +
-             std::string{py::str(b.dtype.attr("name"))} + ", state=" + std::string{to_string(b.buffer.state())} + ")";
+             std::string{py::str(b.dtype.attr("name"))} + ", state=" + state + ")";
     });
 }};
 

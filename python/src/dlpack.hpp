@@ -1,4 +1,4 @@
-// The few DLPack declarations that DeviceBuffer.__dlpack__ needs, written from the public DLPack ABI
+// The few DLPack declarations that __dlpack__ needs (dlpack_export.hpp), written from the public DLPack ABI
 // (v0.8, dmlc/dlpack include/dlpack/dlpack.h): the unversioned DLManagedTensor exchanged in a PyCapsule
 // named "dltensor" (renamed "used_dltensor" by the consumer that takes ownership). Only the layout matters:
 // these structs must match the C ABI field for field, so they are plain aggregates with fixed-width types.
@@ -12,7 +12,7 @@ namespace gpumem::python::dlpack {
 enum device_type : std::int32_t { kDLCPU = 1, kDLCUDA = 2 };
 
 /** @brief DLDataTypeCode values used here. */
-enum type_code : std::uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2 };
+enum type_code : std::uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLComplex = 5, kDLBool = 6 };
 
 /** @brief DLDevice: where the memory lives. */
 struct DLDevice {

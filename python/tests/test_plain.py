@@ -47,11 +47,41 @@ def test_out_of_memory_is_a_memory_error_naming_size_device_free_and_total():
 
 def test_bad_arguments_are_type_errors():
     with pytest.raises(TypeError):
-        gpumem.alloc(-1)
+        gpumem.alloc("16")
+    with pytest.raises(TypeError):
+        gpumem.alloc(1.5)
     with pytest.raises(TypeError):
         gpumem.free("not a pointer")
     with pytest.raises(TypeError):
         gpumem.alloc(16, stream="not a stream")
+
+
+def test_a_negative_size_is_a_value_error_naming_it():
+    with pytest.raises(ValueError, match=r"alloc: size must be >= 0, got -1"):
+        gpumem.alloc(-1)
+    with pytest.raises(ValueError, match=r"zeros: size must be >= 0, got -4096"):
+        gpumem.zeros(-4096)
+    assert gpumem.live_allocation_count() == 0
+
+
+def test_arguments_by_keyword_and_python_call_errors():
+    import numpy as np
+
+    p = gpumem.alloc(size=np.int64(512), stream=None)  # anything with __index__ is a size
+    assert gpumem.allocation_size(p) == 512
+    gpumem.free(ptr=p, stream=0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bytes'"):
+        gpumem.alloc(bytes=16)
+    with pytest.raises(TypeError, match="missing required argument 'size'"):
+        gpumem.alloc()
+    with pytest.raises(TypeError, match="multiple values for argument 'size'"):
+        gpumem.zeros(16, size=16)
+    with pytest.raises(TypeError, match="takes at most 2 arguments"):
+        gpumem.free(0, None, None)
+    with pytest.raises(OverflowError):
+        gpumem.alloc(1 << 70)
+    assert gpumem.live_allocation_count() == 0
+    assert gpumem.alloc.__doc__.startswith("alloc(size: int, stream: object = None) -> int")
 
 
 def test_out_of_memory_error_is_exported_as_a_memory_error_subclass():

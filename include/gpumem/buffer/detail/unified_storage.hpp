@@ -63,6 +63,8 @@ class GPUMEM_EXPORT unified_storage {
   [[nodiscard]] bool pinned() const noexcept { return options_.pinned; }
   [[nodiscard]] unified_options const& options() const noexcept { return options_; }
   [[nodiscard]] cuda_stream_view stream() const;
+  /** @brief The device the buffer was made on (its device copy lives there). */
+  [[nodiscard]] cuda_device_id device_id() const noexcept { return device_id_; }
 
   /** @brief The host copy, current and with no copy in flight; `write` marks it dirty. */
   [[nodiscard]] void* host(bool write);

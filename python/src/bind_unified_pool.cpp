@@ -1,0 +1,162 @@
+// gpumem.SpillManager (a device budget for unified buffers, spill_manager.hpp) and gpumem.UnifiedBufferPool
+// (reuse of unified buffers, unified_buffer_pool.hpp). The package's get_memory_pool() returns a default
+// UnifiedBufferPool (python/gpumem/unified.py).
+#include "conversions.hpp"
+#include "registry.hpp"
+#include "unified_object.hpp"
+
+#include <gpumem/buffer/spill_manager.hpp>
+#include <gpumem/buffer/unified_buffer_pool.hpp>
+#include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/mr/per_device_resource.hpp>
+
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace gpumem::python {
+namespace {
+
+/** @brief A UnifiedBufferPool: the C++ pool, its options, and the SpillManager its buffers use (or None). */
+struct py_unified_pool {
+  py::object spill;  // declared first: destroyed after the pool (whose cached buffers it may hold)
+  bool pinned{};
+  std::unique_ptr<unified_buffer_pool<std::byte>> pool;
+};
+
+py::dict spill_statistics_dict(spill_statistics const& s)
+{
+  py::dict d;
+  d["spills"] = s.spills;
+  d["bytes_spilled"] = s.bytes_spilled;
+  d["copies_back"] = s.copies_back;
+  d["bytes_copied_back"] = s.bytes_copied_back;
+  d["failed_allocations"] = s.failed_allocations;
+  return d;
+}
+
+registration const unified_pool{binding_order::unified, "unified_pool", [](py::module_& m) {
+  py::handle const current_resource = m.attr("mr").attr("get_current_device_resource");  // kept by the submodule
+  py::class_<py_spill_manager>(m, "SpillManager", R"doc(A device memory budget for UnifiedBuffers that spills.
+
+SpillManager(budget_bytes, upstream=None): device copies of buffers made with spill=this manager are
+allocated from `upstream` (a gpumem.mr resource; None: the current device's resource, taken now) within
+`budget_bytes`. When an allocation does not fit, the least recently used device copies are given up:
+copies the host already holds are dropped, newer device data are copied back to the host first. The next
+device access brings the data back. No data are ever lost; guarded or busy buffers are skipped. The manager
+must outlive its buffers: each buffer keeps it alive.)doc")
+    .def(py::init([current_resource](std::size_t budget_bytes, py::object upstream) {
+           if (budget_bytes == 0) { throw py::value_error("SpillManager: budget_bytes must be > 0"); }
+           if (upstream.is_none()) { upstream = current_resource(); }
+           auto* const resource = upstream.cast<mr::device_memory_resource*>();
+           auto manager = std::make_unique<spill_manager>(resource, budget_bytes);
+           return py_spill_manager{std::move(upstream), std::move(manager)};
+         }),
+         py::arg("budget_bytes"), py::arg("upstream") = py::none(),
+         "Makes a budget of `budget_bytes` device bytes over `upstream`. Raises ValueError for a zero budget.")
+    .def_property_readonly("budget", [](py_spill_manager const& s) { return s.manager->budget(); },
+                           "The budget in bytes.")
+    .def_property_readonly("used_bytes", [](py_spill_manager const& s) { return s.manager->used_bytes(); },
+                           "Device bytes allocated within the budget now.")
+    .def_property_readonly("resident_buffers", [](py_spill_manager const& s) { return s.manager->resident_buffers(); },
+                           "How many buffers hold a device copy now.")
+    .def_property_readonly("upstream", [](py_spill_manager const& s) { return s.upstream; },
+                           "The resource device copies come from.")
+    .def(
+      "statistics", [](py_spill_manager const& s) { return spill_statistics_dict(s.manager->statistics()); },
+      "A dict: spills, bytes_spilled, copies_back, bytes_copied_back, failed_allocations (requests that "
+      "failed even after spilling everything spillable).")
+    .def(
+      "spill",
+      [](py_spill_manager& s, std::size_t bytes) {
+        py::gil_scoped_release const release;
+        return s.manager->spill(bytes);
+      },
+      py::arg("bytes"),
+      "Spills least recently used device copies until at least `bytes` were freed or nothing spillable is "
+      "left; returns the bytes freed.")
+    .def("__repr__", [](py_spill_manager const& s) {
+      return "SpillManager(budget=" + std::to_string(s.manager->budget()) +
+             ", used_bytes=" + std::to_string(s.manager->used_bytes()) + ")";
+    });
+
+  py::class_<py_unified_pool>(m, "UnifiedBufferPool", R"doc(Reuses UnifiedBuffers' memory.
+
+UnifiedBufferPool(pinned=False, spill=None, max_cached_bytes=0): acquire(shape, dtype) returns a buffer
+(UNINITIALIZED), reusing the memory of a released one of the same byte size, or of one up to twice as large;
+release(buf) takes a buffer back (it can no longer be used; its contents are dropped). max_cached_bytes: the
+most bytes kept for reuse (0: no limit); the oldest released buffers are freed first.)doc")
+    .def(py::init([](bool pinned, py::object spill, std::size_t max_cached_bytes) {
+           unified_options options;
+           options.pinned = pinned;
+           options.spill = spill_of(spill);
+           auto pool = std::make_unique<unified_buffer_pool<std::byte>>(options, max_cached_bytes);
+           return py_unified_pool{std::move(spill), pinned, std::move(pool)};
+         }),
+         py::arg("pinned") = false, py::arg("spill") = py::none(), py::arg("max_cached_bytes") = 0,
+         "A pool of buffers with pinned host copies or not, and within `spill`'s budget or not.")
+    .def(
+      "acquire",
+      [](py_unified_pool& p, py::object const& shape, py::object const& dtype) {
+        auto dims = to_shape(shape);
+        auto type = py::dtype::from_args(dtype);
+        std::size_t const bytes = shape_bytes(dims, type);
+        std::unique_ptr<bytes_buffer> buffer;
+        {
+          py::gil_scoped_release const release;
+          buffer = p.pool->acquire(bytes);
+        }
+        return py_unified_buffer{p.spill, std::move(dims), std::move(type), std::move(buffer), 0};
+      },
+      py::arg("shape"), py::arg("dtype") = py::str("float32"),
+      "A buffer of `shape` and `dtype`, UNINITIALIZED, reusing released memory when some fits.")
+    .def(
+      "release",
+      [](py_unified_pool& p, py_unified_buffer& b) {
+        bytes_buffer& buffer = b.get();
+        if (b.exports != 0) {
+          throw py::value_error("UnifiedBufferPool.release: " + std::to_string(b.exports) +
+                                " NumPy array(s), device view(s) or DLPack capsule(s) still use this buffer's "
+                                "memory; drop them first");
+        }
+        if (buffer.storage().options().pinned != p.pinned || buffer.storage().options().spill != p.pool->options().spill ||
+            buffer.storage().options().device_resource != nullptr) {
+          throw py::value_error("UnifiedBufferPool.release: the buffer was made with other options (pinned, "
+                                "spill) than this pool's");
+        }
+        std::unique_ptr<bytes_buffer> taken = std::move(b.buffer);
+        py::gil_scoped_release const release;
+        p.pool->release(std::move(taken));
+      },
+      py::arg("buffer"),
+      "Takes `buffer` back for reuse; it can no longer be used. Raises ValueError when arrays or views of it "
+      "are still alive, when it was made with other options, or when it was already released.")
+    .def(
+      "clear",
+      [](py_unified_pool& p) {
+        py::gil_scoped_release const release;
+        p.pool->clear();
+      },
+      "Frees every cached buffer.")
+    .def(
+      "statistics",
+      [](py_unified_pool const& p) {
+        auto const s = p.pool->statistics();
+        py::dict d;
+        d["hits"] = s.hits;
+        d["misses"] = s.misses;
+        d["cached_buffers"] = s.cached_buffers;
+        d["cached_bytes"] = s.cached_bytes;
+        return d;
+      },
+      "A dict: hits (acquires served from the cache), misses, cached_buffers, cached_bytes.")
+    .def_property_readonly("pinned", [](py_unified_pool const& p) { return p.pinned; },
+                           "Whether the pool's buffers have pinned host copies.")
+    .def_property_readonly("spill", [](py_unified_pool const& p) { return p.spill; },
+                           "The SpillManager of the pool's buffers, or None.");
+}};
+
+}  // namespace
+}  // namespace gpumem::python
