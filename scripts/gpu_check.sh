@@ -8,8 +8,12 @@
 # ctest suite with GPUMEM_BACKEND unset (host.* tests on the host backend, gpu.* on the GPU); the gtest
 # binaries (gpumem_tests, gpumem_thrust_tests) under compute-sanitizer memcheck with leak checking on the
 # cuda backend; `gpumem info`,
-# `gpumem demo` and the full-size spill demo (examples/spill_demo, pinned and pageable) on the GPU. Logs go to "${OUT:-/tmp/gpumem-out}" (8 files, flat names); a summary table
-# ends the output. Exits non-zero if any step failed.
+# `gpumem demo` and the full-size spill demo (examples/spill_demo, pinned and pageable) on the GPU; the
+# Python package: `pip install ./python` from scratch into a temporary target (then imported and used on
+# the GPU), its pytest suite without the framework tests under compute-sanitizer memcheck, and the Python
+# allocation benchmark (benchmarks/python/bench_python_alloc.py: gpumem against CuPy and PyTorch). Logs go
+# to "${OUT:-/tmp/gpumem-out}" (8 files, flat names); a summary table ends the output. Exits non-zero if
+# any step failed.
 #
 # Warnings are not errors here (a newer compiler must not cost a GPU session); CI enforces them.
 set -uo pipefail
@@ -51,7 +55,7 @@ sanitizer=$(find_tool compute-sanitizer /usr/local/cuda/bin/compute-sanitizer \
 nvsmi=$(find_tool nvidia-smi /usr/local/nvidia/bin/nvidia-smi /usr/bin/nvidia-smi) || nvsmi=""
 
 : >"$out/env.log"; : >"$out/build.log"; : >"$out/ctest.log"; : >"$out/memcheck.log"
-: >"$out/info.log"; : >"$out/demo.log"
+: >"$out/demo.log"; : >"$out/python.log"
 {
   echo "date: $(date -u +%FT%TZ)  host: $(uname -srm)  cores: $jobs"
   [[ -r /etc/os-release ]] && grep PRETTY_NAME /etc/os-release
@@ -78,8 +82,7 @@ fi
 
 if ((build_ok)); then
   # Every step has a time limit: a hang must not spend the whole (scarce) GPU session.
-  run_step ctest ctest.log timeout 300 ctest --timeout 240 --test-dir "$build" --output-on-failure --parallel "$jobs" \
-    --output-junit "$out/ctest-junit.xml"
+  run_step ctest ctest.log timeout 300 ctest --timeout 240 --test-dir "$build" --output-on-failure --parallel "$jobs"
   if [[ -n $sanitizer ]]; then
     # Every test runs under memcheck; none is excluded. CUDA API errors are not reported as memcheck
     # errors (--report-api-errors no): the out-of-memory tests make cudaMalloc fail on purpose, and gpumem
@@ -94,13 +97,31 @@ if ((build_ok)); then
     echo "compute-sanitizer not found" | tee -a "$out/memcheck.log"; step_names+=(memcheck)
     step_seconds+=(0) step_logs+=(memcheck.log) step_results+=("FAIL(missing)"); failed=1
   fi
-  run_step "gpumem info" info.log timeout 60 env GPUMEM_BACKEND=cuda "$build/cli/gpumem" info
+  run_step "gpumem info" demo.log timeout 60 env GPUMEM_BACKEND=cuda "$build/cli/gpumem" info
   run_step "gpumem demo" demo.log timeout 120 env GPUMEM_BACKEND=cuda "$build/cli/gpumem" demo
   # Spilling at full size: 12 GiB of unified buffers under an 8 GiB budget, pinned then pageable host copies.
   run_step "spill demo" demo.log timeout 240 env GPUMEM_BACKEND=cuda "$build/tests/spill_demo" 8 12 256 3 pinned
   run_step "spill pageable" demo.log timeout 240 env GPUMEM_BACKEND=cuda "$build/tests/spill_demo" 8 12 256 3 pageable
+
+  # The Python package, with the interpreter the build chose (the one that has pybind11, CuPy, PyTorch).
+  python=$(sed -n 's/^Python3_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
+  site=$(mktemp -d)
+  run_step "pip install" python.log timeout 300 env GPUMEM_WHEEL_BUILD_DIR="$PWD/build/wheel-gpu" GPUMEM_JOBS="$jobs" \
+    "$python" -m pip install --no-deps --no-index --target "$site" ./python
+  run_step "pip import" python.log env PYTHONPATH="$site" GPUMEM_BACKEND=cuda "$python" -c \
+    "import gpumem; p = gpumem.zeros(1 << 20); gpumem.free(p); print('installed:', gpumem.__file__, gpumem.cuda.get_backend())"
+  if [[ -n $sanitizer ]]; then
+    run_step "memcheck pytest" python.log timeout 300 env PYTHONPATH="$build/python" GPUMEM_BACKEND=cuda \
+      PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONDONTWRITEBYTECODE=1 "$sanitizer" --tool memcheck --leak-check full \
+      --report-api-errors no --error-exitcode 1 "$python" -m pytest -q -p no:cacheprovider python/tests \
+      --ignore=python/tests/test_allocators.py --ignore=python/tests/test_packaging.py
+  fi
+  run_step "python bench" python.log timeout 300 env PYTHONPATH="$build/python" GPUMEM_BACKEND=cuda "$python" \
+    benchmarks/python/bench_python_alloc.py --json "$out/python-bench.json"
 else
-  for s in ctest memcheck "gpumem info" "gpumem demo" "spill demo" "spill pageable"; do skip_step "$s"; done
+  for s in ctest memcheck "gpumem info" "gpumem demo" "spill demo" "spill pageable" "pip install" "python bench"; do
+    skip_step "$s"
+  done
 fi
 
 {

@@ -35,6 +35,16 @@ from . import mr  # noqa: E402,F401  (gpumem.mr: the memory resources; RMM's nam
 from . import statistics  # noqa: E402,F401  (gpumem.statistics: RMM's rmm.statistics)
 from ._reinitialize import reinitialize  # noqa: E402,F401
 from .unified import Accelerator, get_accelerator, get_memory_pool, set_memory_pool  # noqa: E402,F401
+from . import allocators  # noqa: E402,F401  (gpumem.allocators: gpumem as CuPy's, PyTorch's and Numba's allocator)
+
+
+def __getattr__(name):
+    """``NUMBA_CUDA_MEMORY_MANAGER=gpumem``: Numba reads ``gpumem._numba_memory_manager``, imported only then."""
+    if name == "_numba_memory_manager":
+        from .allocators.numba import _numba_memory_manager
+
+        return _numba_memory_manager
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "Accelerator",
@@ -47,6 +57,7 @@ __all__ = [
     "UnifiedBufferPool",
     "UnifiedDeviceView",
     "alloc",
+    "allocators",
     "allocation_size",
     "cuda",
     "free",

@@ -1,4 +1,4 @@
-"""gpumem.cuda: devices, streams, events and graphs with CuPy's names (cupy.cuda).
+"""gpumem.cuda: devices, streams, events, graphs and memory with CuPy's names (cupy.cuda).
 
 ::
 
@@ -17,6 +17,14 @@
         stream.add_callback(lambda s, status, arg: None, None)
         graph = stream.end_capture()
         graph.launch(stream)
+
+Memory (gpumem.cuda.memory, CuPy's cupy.cuda.memory and pinned_memory names): Memory, ManagedMemory,
+MemoryAsync, UnownedMemory, MemoryPointer, MemoryPool, MemoryAsyncPool, alloc, set_allocator,
+using_allocator, PinnedMemory, PinnedMemoryPool, alloc_pinned_memory, asnumpy, ...::
+
+    p = cuda.alloc(1 << 20)                # a MemoryPointer from get_default_memory_pool()
+    p.memset_async(0, 1 << 20)             # on the current stream
+    host = cuda.asnumpy(some_cuda_array)   # anything with __cuda_array_interface__
 
 Callbacks (Stream.add_callback) run on another thread with the GIL held and must not call CUDA or gpumem.
 
@@ -41,6 +49,36 @@ get_local_runtime_version = _cuda.get_local_runtime_version
 get_driver_version = _cuda.get_driver_version
 get_backend = _cuda.get_backend
 
+from . import memory  # noqa: E402  (gpumem.cuda.memory: the memory API below, and its pure-Python parts)
+from .memory import (  # noqa: E402,F401  (re-exported)
+    BaseMemory,
+    CFunctionAllocator,
+    ManagedMemory,
+    Memory,
+    MemoryAsync,
+    MemoryAsyncPool,
+    MemoryPointer,
+    MemoryPool,
+    PinnedMemory,
+    PinnedMemoryPointer,
+    PinnedMemoryPool,
+    PooledMemory,
+    PooledPinnedMemory,
+    PythonFunctionAllocator,
+    UnownedMemory,
+    alloc,
+    alloc_pinned_memory,
+    asnumpy,
+    get_allocator,
+    get_default_memory_pool,
+    get_default_pinned_memory_pool,
+    malloc_async,
+    malloc_managed,
+    set_allocator,
+    set_pinned_memory_allocator,
+    using_allocator,
+)
+
 __all__ = [
     "Device",
     "Event",
@@ -55,4 +93,6 @@ __all__ = [
     "get_elapsed_time",
     "get_local_runtime_version",
     "is_available",
+    "memory",
 ]
+__all__ += memory.__all__

@@ -1,0 +1,37 @@
+"""gpumem as CuPy's allocator: ``cupy.cuda.set_allocator(gpumem.allocators.cupy_allocator)``.
+
+CuPy then asks gpumem for every array's memory instead of using its own memory pool: each allocation is a
+``gpumem.DeviceBuffer`` from the current gpumem resource of CuPy's current device, ordered on CuPy's
+current stream, and is freed on that same stream when CuPy drops the memory (as RMM's
+``rmm_cupy_allocator`` does). Work on other streams must be ordered after that stream by the program, as
+with CuPy's own stream-ordered allocator.
+
+CuPy is imported on the first call, not when gpumem is.
+"""
+
+from .. import DeviceBuffer
+from .. import cuda as _gpumem_cuda
+
+
+def cupy_allocator(nbytes):
+    """Allocates `nbytes` bytes for CuPy; pass this function to ``cupy.cuda.set_allocator``.
+
+    The memory comes from gpumem's current resource of CuPy's current device and is ordered on CuPy's
+    current stream (``cupy.cuda.get_current_stream()``), on which it is also freed once CuPy lets go of it.
+
+    Returns a ``cupy.cuda.MemoryPointer`` over a ``cupy.cuda.UnownedMemory`` whose owner is the
+    ``gpumem.DeviceBuffer``. Raises ``gpumem.OutOfMemoryError`` (a MemoryError) when the resource has not
+    the memory, and RuntimeError when gpumem is not on its cuda backend (its memory would be host memory).
+    """
+    from . import _require_cuda_backend
+
+    _require_cuda_backend("CuPy")
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    device_id = cupy.cuda.runtime.getDevice()
+    # CuPy and gpumem each link a CUDA runtime; make CuPy's device gpumem's current one for the call.
+    with _gpumem_cuda.Device(device_id):
+        buffer = DeviceBuffer(nbytes, stream=stream.ptr)
+    memory = cupy.cuda.UnownedMemory(buffer.ptr, nbytes, buffer, device_id)
+    return cupy.cuda.MemoryPointer(memory, 0)

@@ -1,0 +1,136 @@
+// libgpumem_torch_allocator.so: gpumem as PyTorch's CUDA allocator, through
+// torch.cuda.memory.CUDAPluggableAllocator(path, "gpumem_torch_alloc", "gpumem_torch_free").
+// gpumem.allocators.torch_allocator() loads it, installs the hooks and builds that allocator.
+//
+// The library does not link gpumem: it calls the gpumem of the Python module gpumem._gpumem through the
+// table of gpumem_allocator_hooks.h, installed once by gpumem_torch_install(), so PyTorch allocates from the
+// resource that gpumem.mr.set_current_device_resource() chose (one gpumem per process).
+//
+// Exported (C linkage):
+//   int   gpumem_torch_install(const gpumem_allocator_hooks* hooks, int version)
+//   void* gpumem_torch_alloc(ssize_t size, int device, cudaStream_t stream)          PyTorch's alloc_fn
+//   void  gpumem_torch_free(void* ptr, ssize_t size, int device, cudaStream_t stream)  PyTorch's free_fn
+//   int   gpumem_torch_built_with_torch(void)
+// cudaStream_t is a pointer, so `void*` here is the same ABI, and the library needs no CUDA headers.
+//
+// Failure: PyTorch's CUDAPluggableAllocator::malloc does not check for NULL (it would hand out a tensor at
+// address 0), so when built with PyTorch's headers (GPUMEM_TORCH_ALLOCATOR_WITH_TORCH=1) an allocation that
+// fails throws c10::OutOfMemoryError (out of memory, or a request too large to serve), which PyTorch's Python
+// layer raises as torch.OutOfMemoryError, or c10::Error (RuntimeError) for anything else, with gpumem's
+// message. Built without PyTorch, it prints the message to stderr and returns NULL, and
+// gpumem_torch_built_with_torch() says 0, so that torch_allocator() refuses to use it. Frees never throw
+// (PyTorch calls them from destructors): a failure is printed to stderr.
+#include "gpumem_allocator_hooks.h"
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+
+#include <sys/types.h>  // ssize_t
+
+#ifndef GPUMEM_TORCH_ALLOCATOR_WITH_TORCH
+#define GPUMEM_TORCH_ALLOCATOR_WITH_TORCH 0  // CMake defines it: 1 when PyTorch's headers and libc10 are used
+#endif
+
+#if GPUMEM_TORCH_ALLOCATOR_WITH_TORCH
+#include <c10/util/Exception.h>
+#endif
+
+#define GPUMEM_TORCH_ALLOCATOR_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+/// The installed table; null until gpumem_torch_install. Set once per process (gpumem._gpumem's table).
+std::atomic<gpumem_allocator_hooks const*> installed_hooks{nullptr};
+
+/// Why an allocation failed, as PyTorch (or stderr) will show it.
+std::string failure_message(ssize_t size, int device, char const* why)
+{
+  return "gpumem could not allocate " + std::to_string(size) + " bytes on device " + std::to_string(device) +
+         " for PyTorch: " + why;
+}
+
+/// Reports a failed allocation: throws for PyTorch (see the file comment), or prints it and lets NULL return.
+void report_alloc_failure(gpumem_status status, ssize_t size, int device, char const* why)
+{
+#if GPUMEM_TORCH_ALLOCATOR_WITH_TORCH
+  std::string const message = failure_message(size, device, why);
+  TORCH_CHECK_WITH(OutOfMemoryError, status != GPUMEM_ERROR_OUT_OF_MEMORY && status != GPUMEM_ERROR_BAD_ALLOC,
+                   message);
+  TORCH_CHECK(false, message);
+#else
+  (void)status;
+  std::fprintf(stderr, "%s\n", failure_message(size, device, why).c_str());
+#endif
+}
+
+}  // namespace
+
+/**
+ * @brief Installs gpumem's hooks table (gpumem._gpumem._allocator_hooks_address()), of `version`
+ * (gpumem._gpumem._allocator_hooks_version). Installing the same table again is harmless.
+ * Thread-safety: may be called from any thread; the last install wins.
+ * @return 0 on success; 1 when `hooks` is NULL or a member is NULL; 2 when `version` is older than
+ *         GPUMEM_ALLOCATOR_HOOKS_VERSION (this library needs members the table lacks). Nothing changes on failure.
+ */
+GPUMEM_TORCH_ALLOCATOR_API int gpumem_torch_install(gpumem_allocator_hooks const* hooks, int version)
+{
+  if (hooks == nullptr || hooks->alloc_async == nullptr || hooks->free_async == nullptr ||
+      hooks->last_error == nullptr) {
+    return 1;
+  }
+  if (version < GPUMEM_ALLOCATOR_HOOKS_VERSION) { return 2; }
+  installed_hooks.store(hooks, std::memory_order_release);
+  return 0;
+}
+
+/**
+ * @brief PyTorch's alloc_fn: `size` bytes on `device` (PyTorch passes its current device; gpumem makes it
+ * current if it is not) from that device's current gpumem resource, ordered on `stream`.
+ * @return the memory; NULL for size 0. On failure: see the file comment (throws with PyTorch, else NULL).
+ */
+GPUMEM_TORCH_ALLOCATOR_API void* gpumem_torch_alloc(ssize_t size, int device, void* stream)
+{
+  gpumem_allocator_hooks const* const hooks = installed_hooks.load(std::memory_order_acquire);
+  if (hooks == nullptr) {
+    report_alloc_failure(GPUMEM_ERROR_INVALID_VALUE, size, device,
+                         "gpumem_torch_alloc was called before gpumem_torch_install: build the allocator with "
+                         "gpumem.allocators.torch_allocator(), which installs gpumem's hooks");
+    return nullptr;
+  }
+  if (size < 0) {
+    report_alloc_failure(GPUMEM_ERROR_INVALID_VALUE, size, device, "the size is negative");
+    return nullptr;
+  }
+  void* ptr = nullptr;
+  gpumem_status const status = hooks->alloc_async(static_cast<size_t>(size), device, stream, &ptr);
+  if (status != GPUMEM_SUCCESS) {
+    report_alloc_failure(status, size, device, hooks->last_error());
+    return nullptr;
+  }
+  return ptr;
+}
+
+/**
+ * @brief PyTorch's free_fn: returns `ptr` (from gpumem_torch_alloc) to the resource and device that
+ * allocated it (gpumem remembers both; `size` and `device` are not needed), reusable at once by work on
+ * `stream`, the stream it was allocated on. NULL does nothing. Never throws: a failure (a pointer gpumem
+ * does not know, hooks not installed) is printed to stderr.
+ */
+GPUMEM_TORCH_ALLOCATOR_API void gpumem_torch_free(void* ptr, ssize_t size, int device, void* stream)
+{
+  if (ptr == nullptr) { return; }
+  gpumem_allocator_hooks const* const hooks = installed_hooks.load(std::memory_order_acquire);
+  if (hooks == nullptr) {
+    std::fprintf(stderr, "gpumem_torch_free: called before gpumem_torch_install; %p (%zd bytes, device %d) is leaked\n",
+                 ptr, size, device);
+    return;
+  }
+  if (hooks->free_async(ptr, stream) != GPUMEM_SUCCESS) {
+    std::fprintf(stderr, "gpumem_torch_free: could not free %p (%zd bytes, device %d): %s\n", ptr, size, device,
+                 hooks->last_error());
+  }
+}
+
+/** @brief 1 when built with PyTorch's headers (failures throw c10 errors), 0 otherwise (failures return NULL). */
+GPUMEM_TORCH_ALLOCATOR_API int gpumem_torch_built_with_torch(void) { return GPUMEM_TORCH_ALLOCATOR_WITH_TORCH; }
