@@ -15,6 +15,8 @@
 # to "${OUT:-/tmp/gpumem-out}" (8 files, flat names); a summary table ends the output. Exits non-zero if
 # any step failed.
 #
+# GPUMEM_SKIP_CXX_MEMCHECK=1 skips the memcheck of the C++ test binaries (reported as SKIPPED).
+#
 # Warnings are not errors here (a newer compiler must not cost a GPU session); CI enforces them.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -83,7 +85,9 @@ fi
 if ((build_ok)); then
   # Every step has a time limit: a hang must not spend the whole (scarce) GPU session.
   run_step ctest ctest.log timeout 300 ctest --timeout 240 --test-dir "$build" --output-on-failure --parallel "$jobs"
-  if [[ -n $sanitizer ]]; then
+  if [[ ${GPUMEM_SKIP_CXX_MEMCHECK:-0} == 1 ]]; then
+    skip_step memcheck   # asked for (a session that changed no C++ device code); say so in the notes
+  elif [[ -n $sanitizer ]]; then
     # Every test runs under memcheck; none is excluded. CUDA API errors are not reported as memcheck
     # errors (--report-api-errors no): the out-of-memory tests make cudaMalloc fail on purpose, and gpumem
     # checks every CUDA call's result itself (a failure is a cuda_error, which the tests catch or fail on).
