@@ -91,9 +91,28 @@ def _run(command, **kwargs):
     subprocess.run([str(part) for part in command], check=True, stdout=sys.stderr, **kwargs)
 
 
+def _working_tool(name: str):
+    """The first ``name`` on PATH that runs (``name --version`` succeeds), or None.
+
+    Virtual environments often hold a ``cmake`` or ``ninja`` entry point of a pip package whose module is
+    gone; such a shim is skipped in favour of the next one on PATH (for example /usr/bin/cmake).
+    """
+    for directory in os.environ.get("PATH", "").split(os.pathsep):
+        candidate = shutil.which(name, path=directory) if directory else None
+        if candidate is None:
+            continue
+        try:
+            probe = subprocess.run([candidate, "--version"], capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if probe.returncode == 0:
+            return candidate
+    return None
+
+
 def _build_package(settings: _Settings) -> Path:
     """Configures (unless reusing) and builds; returns ``<build>/python/gpumem``."""
-    cmake = shutil.which("cmake")
+    cmake = _working_tool("cmake")
     if cmake is None:
         raise RuntimeError("building gpumem needs CMake >= 3.25 on PATH (apt-get install cmake)")
     root = _project_root()
@@ -105,8 +124,9 @@ def _build_package(settings: _Settings) -> Path:
                      "-DGPUMEM_BUILD_PYTHON=ON", "-DGPUMEM_BUILD_TESTS=OFF", "-DGPUMEM_BUILD_CLI=OFF",
                      "-DGPUMEM_BUILD_BENCHMARKS=OFF", "-DGPUMEM_WARNINGS_AS_ERRORS=OFF",
                      f"-DGPUMEM_PYTHON_EXECUTABLE={sys.executable}"]
-        if shutil.which("ninja") and not (settings.build_dir / "Makefile").is_file():
-            configure += ["-G", "Ninja"]
+        ninja = _working_tool("ninja")
+        if ninja and not (settings.build_dir / "Makefile").is_file():
+            configure += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
         _run(configure)
     _run([cmake, "--build", settings.build_dir, "--target", "gpumem_python_package", "--parallel", settings.jobs])
     package_dir = settings.build_dir / "python" / _PACKAGE

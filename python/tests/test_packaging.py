@@ -116,3 +116,17 @@ def test_build_sdist_says_to_install_from_the_checkout(tmp_path):
 def test_reuse_build_needs_a_configured_build(tmp_path):
     with pytest.raises(RuntimeError, match="not a configured CMake build directory"):
         load_backend().build_wheel(str(tmp_path), {"build-dir": str(tmp_path / "nothing"), "reuse-build": "1"})
+
+
+def test_a_broken_tool_shim_on_path_is_skipped(tmp_path, monkeypatch):
+    shim_dir = tmp_path / "venv-bin"
+    shim_dir.mkdir()
+    shim = shim_dir / "cmake"
+    shim.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named cmake' >&2\nexit 1\n")
+    shim.chmod(0o755)
+    real = shutil.which("cmake")
+    if real is None:
+        pytest.skip("no cmake here")
+    monkeypatch.setenv("PATH", f"{shim_dir}{os.pathsep}{os.environ['PATH']}")
+    assert load_backend()._working_tool("cmake") == real
+    assert load_backend()._working_tool("no-such-tool-anywhere") is None
