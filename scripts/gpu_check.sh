@@ -115,8 +115,11 @@ if ((build_ok)); then
   run_step "pip import" python.log env PYTHONPATH="$site" GPUMEM_BACKEND=cuda "$python" -c \
     "import gpumem; p = gpumem.zeros(1 << 20); gpumem.free(p); print('installed:', gpumem.__file__, gpumem.cuda.get_backend())"
   if [[ -n $sanitizer ]]; then
+    # Memory errors only: the interpreter exits without freeing module-level objects (and the default
+    # pools), so a leak check of the process reports what it kept, not what gpumem lost. Leaks are checked
+    # by the suite itself (conftest.py: no gpumem.alloc memory outlives it) and by the C++ memcheck above.
     run_step "memcheck pytest" python.log timeout 300 env PYTHONPATH="$build/python" GPUMEM_BACKEND=cuda \
-      PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONDONTWRITEBYTECODE=1 "$sanitizer" --tool memcheck --leak-check full \
+      PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 PYTHONDONTWRITEBYTECODE=1 "$sanitizer" --tool memcheck --leak-check no \
       --report-api-errors no --error-exitcode 1 "$python" -m pytest -q -p no:cacheprovider python/tests \
       --ignore=python/tests/test_allocators.py --ignore=python/tests/test_packaging.py
   fi

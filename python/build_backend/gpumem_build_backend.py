@@ -85,10 +85,21 @@ class _Settings:
         self.jobs = str(config.get("jobs") or os.environ.get("GPUMEM_JOBS") or os.cpu_count() or 2)
 
 
+def _build_environment():
+    """The environment of the build's tools: this one, less what pip's build isolation adds to Python's
+    path. The build needs nothing from the (empty) isolated environment, but the interpreter's own packages
+    (pybind11) and tools that are Python entry points (a pip-installed ``cmake``) need the real one."""
+    environment = dict(os.environ)
+    for variable in ("PYTHONPATH", "PYTHONNOUSERSITE", "PYTHONNOUSERBASE"):
+        environment.pop(variable, None)
+    return environment
+
+
 def _run(command, **kwargs):
     print("gpumem build:", " ".join(str(part) for part in command), file=sys.stderr, flush=True)
     # The build's output goes to stderr: pip shows it with -v, and keeps stdout for its own protocol.
-    subprocess.run([str(part) for part in command], check=True, stdout=sys.stderr, **kwargs)
+    subprocess.run([str(part) for part in command], check=True, stdout=sys.stderr, env=_build_environment(),
+                   **kwargs)
 
 
 def _working_tool(name: str):
@@ -102,7 +113,7 @@ def _working_tool(name: str):
         if candidate is None:
             continue
         try:
-            probe = subprocess.run([candidate, "--version"], capture_output=True, timeout=60)
+            probe = subprocess.run([candidate, "--version"], capture_output=True, timeout=60, env=_build_environment())
         except (OSError, subprocess.TimeoutExpired):
             continue
         if probe.returncode == 0:

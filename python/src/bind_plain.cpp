@@ -81,7 +81,11 @@ bool to_size(char const* function, PyObject* object, std::size_t& size)
   if (index == nullptr) { return false; }
   size = PyLong_AsSize_t(index);
   if (size == static_cast<std::size_t>(-1) && PyErr_Occurred() != nullptr) {
-    bool const negative = PyErr_ExceptionMatches(PyExc_OverflowError) != 0 && Py_SIZE(index) < 0;
+    // (Py_SIZE no longer carries an int's sign from Python 3.12 on: compare with 0.)
+    PyObject* const zero = PyLong_FromLong(0);
+    bool const negative = PyErr_ExceptionMatches(PyExc_OverflowError) != 0 && zero != nullptr &&
+                          PyObject_RichCompareBool(index, zero, Py_LT) == 1;
+    Py_XDECREF(zero);
     if (negative) {
       PyErr_Clear();
       PyErr_Format(PyExc_ValueError, "%s: size must be >= 0, got %R", function, index);

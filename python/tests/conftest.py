@@ -22,3 +22,18 @@ def pytest_configure(config):
             gpumem.free(p)
         except gpumem.CUDARuntimeError as error:
             pytest.exit(f"no CUDA device is usable here: {error}", returncode=77)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Nothing from gpumem.alloc/zeros may outlive the suite: every test frees what it allocates. (The
+    interpreter does not free module-level objects at exit, so a leak check of the process, such as
+    compute-sanitizer's, cannot tell; gpumem's own count can.)"""
+    import gc
+
+    import gpumem
+
+    gc.collect()
+    live = gpumem.live_allocation_count()
+    if live != 0 and exitstatus == 0:
+        session.exitstatus = 1
+        print(f"\ngpumem: {live} allocation(s) from gpumem.alloc/zeros were never freed by the tests")

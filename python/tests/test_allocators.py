@@ -445,26 +445,29 @@ def test_pytorch_out_of_memory_is_torch_out_of_memory_error_with_gpumems_message
 # ---- Numba (GPU, subprocesses) ----------------------------------------------------------------------------
 
 NUMBA_KERNEL = """
-    import gc
+    import gc, sys
     import numpy as np
     from numba import cuda
     from gpumem import mr
     stats = mr.StatisticsResourceAdaptor(mr.CudaMemoryResource())
     mr.set_current_device_resource(stats)
 
-    @cuda.jit
-    def fill(out):
-        i = cuda.grid(1)
-        if i < out.size:
-            out[i] = 3 * i + 1
-
     n = 10000
     array = cuda.device_array(n, dtype=np.int64)
     manager = cuda.current_context().memory_manager
     assert type(manager).__name__ == "GpumemNumbaMemoryManager", type(manager)
     assert stats.allocation_counts.current_bytes == n * 8, stats.allocation_counts
-    fill[(n + 255) // 256, 256](array)
-    assert (array.copy_to_host() == 3 * np.arange(n) + 1).all()
+    array.copy_to_device(7 * np.arange(n))                     # Numba writes gpumem memory by a copy
+    assert (array.copy_to_host() == 7 * np.arange(n)).all()
+    if sys.argv[1] == "kernel":                                 # and by a kernel, where Numba can compile one
+        @cuda.jit
+        def fill(out):
+            i = cuda.grid(1)
+            if i < out.size:
+                out[i] = 3 * i + 1
+
+        fill[(n + 255) // 256, 256](array)
+        assert (array.copy_to_host() == 3 * np.arange(n) + 1).all()
     info = cuda.current_context().get_memory_info()
     assert 0 < info.free <= info.total, info
     handle = cuda.current_context().get_ipc_handle(array.gpu_data)  # the plug-in's get_ipc_handle
@@ -475,12 +478,39 @@ NUMBA_KERNEL = """
     print("ok")
 """
 
+NUMBA_PLAIN_KERNEL = """
+    import numpy as np
+    from numba import cuda
+
+    @cuda.jit
+    def one(out):
+        out[0] = 1
+
+    a = cuda.device_array(1, dtype=np.int64)
+    one[1, 1](a)
+    assert a.copy_to_host()[0] == 1
+"""
+
+
+@pytest.fixture(scope="module")
+def numba_kernels_work():
+    """Whether this environment's Numba compiles and runs a kernel at all, without gpumem (on the GPU image,
+    numba-cuda may not support the installed NumPy): the reason when it does not, else None."""
+    result = run_python(NUMBA_PLAIN_KERNEL)  # Numba's own memory manager (the variable is not set here)
+    if result.returncode == 0:
+        return None
+    return (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+
 
 @pytest.mark.parametrize("manager", ["gpumem.allocators.numba", "gpumem"])
-def test_a_numba_kernel_writes_gpumem_memory(manager):
+def test_a_numba_kernel_writes_gpumem_memory(manager, request):
     pytest.importorskip("numba")
     if not on_cuda_backend():
         pytest.skip("Numba on gpumem needs a GPU")
-    result = run_python(NUMBA_KERNEL, env={"NUMBA_CUDA_MEMORY_MANAGER": manager})
+    broken = request.getfixturevalue("numba_kernels_work")
+    result = run_python(NUMBA_KERNEL, "nokernel" if broken else "kernel", env={"NUMBA_CUDA_MEMORY_MANAGER": manager})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+    if broken:
+        pytest.skip(f"allocation, copies, memory info and IPC through gpumem checked; the kernel part skipped: "
+                    f"Numba cannot run any kernel here, even without gpumem ({broken})")
