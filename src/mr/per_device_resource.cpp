@@ -106,7 +106,13 @@ device_memory_resource* set_current_device_resource(device_memory_resource* new_
 
 void reset_all_device_resources() noexcept
 {
-  resource_registry& reg = registry();
+  resource_registry* registry_pointer = nullptr;
+  try {
+    registry_pointer = &registry();
+  } catch (...) {
+    return;  // the backend has no usable device: no resource can have been set
+  }
+  resource_registry& reg = *registry_pointer;
   std::lock_guard lock{reg.mutex};
   for (std::size_t device = 0; device < reg.current.size(); ++device) {
     reg.current[device].store(reg.defaults[device], std::memory_order_release);  // null: made on next use
