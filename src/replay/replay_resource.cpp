@@ -8,6 +8,7 @@
 #include <gpumem/mr/cuda_memory_resource.hpp>
 #include <gpumem/mr/pool_memory_resource.hpp>
 #include <gpumem/mr/simulated_memory_resource.hpp>
+#include <gpumem/mr/vmm_pool_memory_resource.hpp>
 
 #include <algorithm>
 #include <array>
@@ -122,8 +123,26 @@ void build_binning(builder& b)
   b.emplace<mr::binning_memory_resource>(pool, 8, 22);
 }
 
+void build_vmm(builder& b)
+{
+  mr::vmm_pool_options options;
+  options.slab_size = b.options.vmm_slab_size;
+  mr::vmm_pool_memory_resource* r = nullptr;
+  if (b.options.simulate) {
+    r = b.emplace<mr::vmm_pool_memory_resource>(
+      std::make_unique<mr::simulated_vmm_provider>(b.options.simulated_capacity), options);
+  } else {
+    r = b.emplace<mr::vmm_pool_memory_resource>(options);
+  }
+  // Its physical memory is what it takes from the device.
+  b.peak_upstream = [r] { return r->peak_physical_bytes(); };
+  b.upstream = [r] { return r->physical_bytes(); };
+}
+
 constexpr std::array entries{
   entry{{"pool", "mr::pool_memory_resource over the upstream, initial size 0 (grows by doubling)", true}, build_pool},
+  entry{{"vmm", "mr::vmm_pool_memory_resource: one virtual range, physical memory in slabs (32 MiB)", true},
+        build_vmm},
   entry{{"arena", "mr::arena_memory_resource over the upstream (one fixed arena taken at construction)", true},
         build_arena},
   entry{{"binning", "mr::binning_memory_resource: bins 2^8..2^22 bytes over a pool (RMM's setup)", true},

@@ -5,6 +5,9 @@
  *   cuda        mr::cuda_memory_resource (cudaMalloc/cudaFree per call)
  *   cuda_async  mr::cuda_async_memory_resource (a driver pool of its own, release threshold: keep all)
  *   pool        mr::pool_memory_resource over the upstream, initial size 0 (grows by doubling)
+ *   vmm         mr::vmm_pool_memory_resource: one reserved virtual range backed by slabs of physical memory
+ *               (replay_resource_options::vmm_slab_size); with `simulate`, over a simulated_vmm_provider of
+ *               simulated_capacity. Its peak upstream bytes are its peak physical bytes.
  *   arena       mr::arena_memory_resource over the upstream (one fixed arena, taken at construction)
  *   binning     mr::binning_memory_resource: power-of-two bins 2^8 .. 2^22 bytes over a pool (RMM's setup);
  *               larger requests go to the pool
@@ -54,6 +57,8 @@ struct replay_resource_options {
   bool simulate{false};
   /// The simulated upstream's capacity (a multiple of 256).
   std::size_t simulated_capacity{mr::simulated_memory_resource::default_capacity};
+  /// The vmm resource's slab size (vmm_pool_options::slab_size).
+  std::size_t vmm_slab_size{std::size_t{32} << 20};
 };
 
 /**

@@ -127,6 +127,22 @@ class host_backend final : public backend {
     for (auto const& queue : queues_of_device(current_device_)) { queue->synchronize(); }
   }
 
+  /// Counts `bytes` of physical memory made outside allocate() (the VMM emulation) against `device`'s
+  /// capacity. @return false (nothing counted) when the device has not that much left.
+  bool charge_device(int device, std::size_t bytes) noexcept
+  {
+    auto& counter = used_[static_cast<std::size_t>(device)];
+    std::size_t used = counter.load(std::memory_order_relaxed);
+    do {
+      if (bytes > config_.device_capacity - std::min(used, config_.device_capacity)) { return false; }
+    } while (!counter.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed));
+    return true;
+  }
+  void uncharge_device(int device, std::size_t bytes) noexcept
+  {
+    used_[static_cast<std::size_t>(device)].fetch_sub(bytes, std::memory_order_relaxed);
+  }
+
   // ---- memory ---------------------------------------------------------------------------------------
   [[nodiscard]] void* malloc_device(std::size_t bytes) override
   {
@@ -643,6 +659,16 @@ backend& host_backend_instance()
   // Never destroyed: streams of other threads and static destructors may still use it at exit.
   static host_backend* const instance = new host_backend{};
   return *instance;
+}
+
+bool host_charge_device_memory(int device, std::size_t bytes) noexcept
+{
+  return static_cast<host_backend&>(host_backend_instance()).charge_device(device, bytes);
+}
+
+void host_uncharge_device_memory(int device, std::size_t bytes) noexcept
+{
+  static_cast<host_backend&>(host_backend_instance()).uncharge_device(device, bytes);
 }
 
 }  // namespace gpumem::detail

@@ -1,0 +1,218 @@
+"""Real PyTorch programs whose device allocations make the replay logs of docs/PERFORMANCE.md ("Fragmentation").
+
+    python3 pytorch_programs.py PROGRAM --allocator gpumem --log FILE.csv   # record through gpumem
+    python3 pytorch_programs.py PROGRAM --allocator pytorch                 # PyTorch's own allocator
+
+PROGRAM is one of:
+  gpt_train     a GPT-style decoder (12 layers, d=1024) trained with AdamW under bf16 autocast, batch sizes
+                and sequence lengths drawn at random every step (varying shapes)
+  llm_generate  the same architecture (6 layers, d=2048, bf16 weights) generating text for a stream of
+                requests of random batch size and prompt length; the key/value cache grows by torch.cat at
+                every token (inference with growing sequences)
+  unet_train    a convolutional U-Net trained under bf16 autocast with batch sizes and image sizes drawn at
+                random every step
+
+Every program is seeded (seed 0), so the allocation sequence is the same under both allocators up to the
+rounding PyTorch's own allocator applies to sizes.
+
+--allocator gpumem: PyTorch's allocations go through gpumem's pluggable allocator
+(gpumem.allocators.torch_allocator) to a LoggingResourceAdaptor over a CudaAsyncMemoryResource, which writes
+every allocate and free to FILE in gpumem's CSV log format (docs/formats.md), ready for `gpumem replay`.
+--allocator pytorch: the program runs on PyTorch's caching allocator and reports its peaks.
+
+Prints one JSON line: program, allocator, steps, seconds, and for pytorch max_memory_allocated and
+max_memory_reserved (their ratio is PyTorch's reserved / allocated).
+"""
+
+import argparse
+import json
+import random
+import sys
+import time
+
+
+def _gpt(torch, vocab, d, layers, heads, max_seq):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(d)
+            self.qkv = nn.Linear(d, 3 * d)
+            self.proj = nn.Linear(d, d)
+            self.ln2 = nn.LayerNorm(d)
+            self.fc1 = nn.Linear(d, 4 * d)
+            self.fc2 = nn.Linear(4 * d, d)
+
+        def forward(self, x, cache=None):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+            causal = True
+            if cache is not None:
+                if "k" in cache:
+                    k = torch.cat([cache["k"], k], dim=2)
+                    v = torch.cat([cache["v"], v], dim=2)
+                    causal = False  # one new token attends to everything before it
+                cache["k"], cache["v"] = k, v
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d)
+            self.pos = nn.Embedding(max_seq, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln = nn.LayerNorm(d)
+            self.head = nn.Linear(d, vocab, bias=False)
+
+        def forward(self, idx, caches=None, start=0):
+            t = idx.shape[1]
+            x = self.tok(idx) + self.pos(torch.arange(start, start + t, device=idx.device))
+            for i, block in enumerate(self.blocks):
+                x = block(x, None if caches is None else caches[i])
+            return self.head(self.ln(x))
+
+    return GPT()
+
+
+def gpt_train(torch, steps):
+    vocab, max_seq = 32000, 1024
+    model = _gpt(torch, vocab, d=1024, layers=12, heads=16, max_seq=max_seq).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(0)
+    for _ in range(steps):
+        batch = rng.choice([4, 8, 16])
+        seq = rng.choice([128, 256, 384, 512, 768, 1024])
+        idx = torch.randint(0, vocab, (batch, seq + 1), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(idx[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, vocab), idx[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+    del model, opt
+
+
+def llm_generate(torch, steps):
+    vocab, max_seq = 32000, 2048
+    model = _gpt(torch, vocab, d=2048, layers=6, heads=16, max_seq=max_seq).cuda().to(torch.bfloat16).eval()
+    rng = random.Random(0)
+    with torch.no_grad():
+        for _ in range(steps):  # one request (a batch of prompts) per step
+            batch = rng.choice([1, 2, 4, 8, 16])
+            prompt = rng.randint(32, 512)
+            new_tokens = rng.randint(32, 160)
+            idx = torch.randint(0, vocab, (batch, prompt), device="cuda")
+            caches = [{} for _ in model.blocks]
+            logits = model(idx, caches, 0)
+            out = [idx]
+            for i in range(new_tokens):
+                nxt = logits[:, -1].float().softmax(-1).argmax(-1, keepdim=True)
+                out.append(nxt)
+                logits = model(nxt, caches, prompt + i)
+            torch.cat(out, dim=1).cpu()
+            del caches, logits, out
+    del model
+
+
+def unet_train(torch, steps):
+    nn = torch.nn
+
+    def conv_block(cin, cout):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+                             nn.Conv2d(cout, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+    class UNet(nn.Module):
+        def __init__(self, widths=(64, 128, 256, 512)):
+            super().__init__()
+            self.down = nn.ModuleList()
+            cin = 3
+            for w in widths:
+                self.down.append(conv_block(cin, w))
+                cin = w
+            self.mid = conv_block(widths[-1], widths[-1] * 2)
+            self.up = nn.ModuleList()
+            self.upconv = nn.ModuleList()
+            cin = widths[-1] * 2
+            for w in reversed(widths):
+                self.upconv.append(nn.ConvTranspose2d(cin, w, 2, stride=2))
+                self.up.append(conv_block(2 * w, w))
+                cin = w
+            self.out = nn.Conv2d(widths[0], 1, 1)
+
+        def forward(self, x):
+            skips = []
+            for block in self.down:
+                x = block(x)
+                skips.append(x)
+                x = nn.functional.max_pool2d(x, 2)
+            x = self.mid(x)
+            for upconv, block, skip in zip(self.upconv, self.up, reversed(skips)):
+                x = block(torch.cat([upconv(x), skip], dim=1))
+            return self.out(x)
+
+    model = UNet().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    rng = random.Random(0)
+    for _ in range(steps):
+        batch = rng.choice([4, 8, 16, 32])
+        size = rng.choice([128, 192, 256, 320, 384])
+        x = torch.randn(batch, 3, size, size, device="cuda")
+        target = torch.rand(batch, 1, size, size, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = nn.functional.binary_cross_entropy_with_logits(model(x).float(), target)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+    del model, opt
+
+
+PROGRAMS = {"gpt_train": (gpt_train, 40), "llm_generate": (llm_generate, 16), "unet_train": (unet_train, 40)}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("program", choices=sorted(PROGRAMS))
+    parser.add_argument("--allocator", choices=["gpumem", "pytorch"], required=True)
+    parser.add_argument("--log", help="the CSV log to write (with --allocator gpumem)")
+    parser.add_argument("--steps", type=int, help="steps (default: the program's own)")
+    args = parser.parse_args(argv)
+    if args.allocator == "gpumem" and not args.log:
+        parser.error("--allocator gpumem needs --log FILE")
+
+    import torch
+
+    logger = None
+    if args.allocator == "gpumem":
+        import gpumem
+
+        logger = gpumem.mr.LoggingResourceAdaptor(gpumem.mr.CudaAsyncMemoryResource(), args.log)
+        gpumem.mr.set_current_device_resource(logger)
+        torch.cuda.memory.change_current_allocator(gpumem.allocators.torch_allocator())
+
+    torch.manual_seed(0)
+    function, default_steps = PROGRAMS[args.program]
+    steps = args.steps or default_steps
+    start = time.perf_counter()
+    function(torch, steps)
+    torch.cuda.synchronize()
+    result = {"program": args.program, "allocator": args.allocator, "steps": steps,
+              "seconds": round(time.perf_counter() - start, 2)}
+    if logger is not None:
+        logger.flush()
+        result["log"] = args.log
+    else:
+        result["max_memory_allocated"] = torch.cuda.max_memory_allocated()
+        result["max_memory_reserved"] = torch.cuda.max_memory_reserved()
+        result["reserved_over_allocated"] = round(result["max_memory_reserved"] / result["max_memory_allocated"], 4)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+/**
+ * @file virtual_heap.hpp
+ * The algorithm of vmm_pool_memory_resource: one range of virtual addresses, backed by physical memory in
+ * slabs of one size, handed out as best-fit blocks. Free ranges coalesce across slab boundaries, so the
+ * pool never splits into separate chunks the way a pool over cudaMalloc does.
+ *
+ * Pure algorithm: addresses, sizes and opaque handles only, no CUDA (DESIGN.md, mr/detail). The resource
+ * turns its decisions into provider calls (map, unmap, create, release) and stream waits.
+ *
+ * State:
+ *   slabs: address -> physical handle, every slab `slab_size` bytes at a multiple of slab_size from base;
+ *   free ranges: maximal runs of free backed bytes, each with the set of streams (a 64-bit mask) on which
+ *   some of its bytes were freed since the resource last made them safe for every stream.
+ *
+ * Placement (measured on real PyTorch logs, docs/PERFORMANCE.md "Fragmentation"):
+ *   take(bytes): best fit (the smallest free range that holds the block, the lowest address among equals);
+ *   the block is cut from the range's start.
+ *   plan_growth(bytes), when nothing fits: among the gaps of unbacked addresses (between slabs, and above
+ *   the last one), the place that needs the fewest new slabs: a gap whose start touches a free range of
+ *   `left` bytes needs ceil((bytes - left) / slab_size) slabs there; a gap filled completely may also use
+ *   the free range touching its end. Ties go to the lowest address. The plan also names wholly free slabs
+ *   elsewhere (highest addresses first, at most as many as the growth needs), whose physical memory the
+ *   resource moves to the new place instead of creating more: so the physical memory grows only when no
+ *   slab is wholly free.
+ *
+ * Invariants (check_invariants()):
+ *   free ranges lie inside backed slabs, do not overlap and never touch (touching ranges are merged);
+ *   by_address_ and by_size_ index the same ranges; free_bytes_ is their sum;
+ *   every slab is aligned to slab_size and inside [base, base + size).
+ *
+ * Costs: take, give_back O(log n) for n free ranges; back, unback O(log n + log s) for s slabs;
+ * plan_growth and wholly_free_slabs O(s log n).
+ * Thread-safety: none (a value type); the resource holds its lock around every call.
+ */
+#pragma once
+
+#include <gpumem/export.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace gpumem::detail {
+
+/** @brief See the file comment. */
+class GPUMEM_EXPORT virtual_heap {
+ public:
+  /** @brief A block cut from a free range, and the streams whose frees it may still be subject to. */
+  struct block {
+    std::uintptr_t address;
+    std::uint64_t streams;  ///< mask of the resource's stream slots
+  };
+
+  /** @brief Where to grow (plan_growth). */
+  struct growth_plan {
+    std::uintptr_t address;                 ///< the first new slab
+    std::size_t slabs;                      ///< how many slabs to back from `address` upward
+    std::vector<std::uintptr_t> movable;    ///< wholly free slabs elsewhere whose memory may move there
+  };
+
+  /**
+   * @param base       the reservation's first address (a multiple of slab_size)
+   * @param size       the reservation's size (a multiple of slab_size)
+   * @param slab_size  bytes of physical memory per slab (a multiple of alignment)
+   * @param alignment  every block address and size is a multiple of it (a power of two)
+   * @throws gpumem::logic_error naming the argument that breaks these rules.
+   */
+  virtual_heap(std::uintptr_t base, std::size_t size, std::size_t slab_size, std::size_t alignment);
+
+  /**
+   * @brief Best fit for `bytes` (a positive multiple of alignment) among the free ranges.
+   * @return the block, or nullopt when no free range is large enough (nothing changes then).
+   * @throws std::bad_alloc when the host heap is exhausted (nothing changes then).
+   */
+  [[nodiscard]] std::optional<block> take(std::size_t bytes);
+
+  /**
+   * @brief Returns a block to the free ranges, merging it with free neighbours; `streams` are the
+   * stream slots it was freed on (merged ranges carry the union).
+   * @throws gpumem::logic_error if the block is empty, misaligned, not inside backed slabs (its first and
+   *         last slab are checked), or overlaps a
+   *         free range (a double free); nothing changes then.
+   */
+  void give_back(std::uintptr_t address, std::size_t bytes, std::uint64_t streams);
+
+  /**
+   * @brief Where `bytes` can go once backed (see the file comment), or nullopt when the reservation has no
+   * room for it. Changes nothing.
+   */
+  [[nodiscard]] std::optional<growth_plan> plan_growth(std::size_t bytes) const;
+
+  /**
+   * @brief Adds a slab at `address` backed by `handle`; its bytes become free (no stream).
+   * @throws gpumem::logic_error if `address` is misaligned, outside the reservation, or already a slab.
+   */
+  void back(std::uintptr_t address, std::uint64_t handle);
+
+  /**
+   * @brief Removes the wholly free slab at `address`: its bytes leave the free ranges.
+   * @return its handle and the streams of the free range it was in (whose work must finish before it is
+   *         unmapped).
+   * @throws gpumem::logic_error if there is no slab at `address` or it is not wholly free.
+   */
+  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> unback(std::uintptr_t address);
+
+  /** @return the slabs whose every byte is free, highest address first. */
+  [[nodiscard]] std::vector<std::uintptr_t> wholly_free_slabs() const;
+
+  /** @return the union of every free range's streams. O(n). */
+  [[nodiscard]] std::uint64_t streams_in_use() const noexcept;
+
+  /** @brief Clears `mask` from every free range's streams (their frees are now safe for every stream). */
+  void forget_streams(std::uint64_t mask) noexcept;
+
+  /** @brief Calls visit(address, handle) for every slab, in address order. */
+  template <class Visitor>
+  void for_each_slab(Visitor&& visit) const
+  {
+    for (auto const& [address, handle] : slabs_) { visit(address, handle); }
+  }
+
+  [[nodiscard]] std::uintptr_t base() const noexcept { return base_; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] std::size_t slab_size() const noexcept { return slab_size_; }
+  [[nodiscard]] std::size_t slab_count() const noexcept { return slabs_.size(); }
+  /** @return slab_count() * slab_size(). */
+  [[nodiscard]] std::size_t backed_bytes() const noexcept { return slabs_.size() * slab_size_; }
+  [[nodiscard]] std::size_t free_bytes() const noexcept { return free_bytes_; }
+  [[nodiscard]] std::size_t free_range_count() const noexcept { return by_address_.size(); }
+  [[nodiscard]] std::size_t largest_free_range() const noexcept
+  {
+    return by_size_.empty() ? 0 : by_size_.rbegin()->first;
+  }
+
+  /** @brief Checks the invariants of the file comment. @throws gpumem::logic_error naming the first violation. */
+  void check_invariants() const;
+
+ private:
+  struct range {
+    std::size_t size;
+    std::uint64_t streams;
+  };
+  using address_index = std::map<std::uintptr_t, range>;
+
+  /// The free range that holds [address, address + bytes) whole, or end().
+  [[nodiscard]] address_index::const_iterator containing(std::uintptr_t address, std::size_t bytes) const;
+  /// The size of the free range that ends at `address` (0 when none).
+  [[nodiscard]] std::size_t free_ending_at(std::uintptr_t address) const;
+  /// The size of the free range that starts at `address` (0 when none).
+  [[nodiscard]] std::size_t free_starting_at(std::uintptr_t address) const;
+  /// The address of the slab that holds `address` (backed or not).
+  [[nodiscard]] std::uintptr_t slab_of(std::uintptr_t address) const noexcept;
+  /// Whether [address, address + bytes) lies inside consecutive slabs.
+  [[nodiscard]] bool backed(std::uintptr_t address, std::size_t bytes) const;
+  void insert_range(std::uintptr_t address, std::size_t size, std::uint64_t streams);
+  void erase_range(address_index::iterator where) noexcept;
+  void reshape(address_index::iterator where, std::uintptr_t address, std::size_t size) noexcept;
+
+  std::uintptr_t base_;
+  std::size_t size_;
+  std::size_t slab_size_;
+  std::size_t alignment_;
+  std::map<std::uintptr_t, std::uint64_t> slabs_;               // address -> handle
+  address_index by_address_;                                    // free ranges
+  std::set<std::pair<std::size_t, std::uintptr_t>> by_size_;    // (size, address) of the same ranges
+  std::size_t free_bytes_{};
+};
+
+}  // namespace gpumem::detail

@@ -1,0 +1,170 @@
+/**
+ * @file vmm_pool_memory_resource.hpp
+ * A pool that never fragments into chunks: it reserves one large range of virtual addresses once, backs
+ * it with physical memory in slabs as it grows (CUDA's virtual memory management: cuMemCreate, cuMemMap,
+ * cuMemSetAccess), and moves or releases the physical memory of slabs that become wholly free. Free ranges
+ * coalesce across growth boundaries, because the growth is contiguous in virtual addresses.
+ * The algorithm is mr/detail/virtual_heap.hpp; docs/PERFORMANCE.md ("Fragmentation") has what it buys on
+ * real PyTorch training and inference logs.
+ *
+ *     gpumem::mr::vmm_pool_memory_resource pool;                      // the current device, 32 MiB slabs
+ *     void* p = pool.allocate(bytes, stream);
+ *     pool.deallocate(p, bytes, stream);
+ *     pool.release_unused();                                          // give wholly free slabs back
+ *
+ * Growth: when no free range holds a request, the pool backs the place that needs the fewest new slabs
+ * (often right after the free range at the top, so a 500 MiB request over a 300 MiB free top range maps
+ * 200 MiB). It first unmaps wholly free slabs elsewhere and maps their physical memory there; only what is
+ * still missing is created. If the device has no memory left, every other wholly free slab is released
+ * and the creation retried once; then gpumem::out_of_memory names the request, the pool's state and the
+ * device's free and total memory.
+ *
+ * Shrinking: release_unused() unmaps and releases every wholly free slab (the device's free memory rises
+ * by that much); the destructor releases everything. Physical memory of a slab is unmapped only after the
+ * work of every stream that freed memory in it has completed (a host wait on those streams' events).
+ *
+ * Works as the whole pool, or as the upstream of another resource (pool_memory_resource over it gets
+ * chunks that this pool can still give back to the device).
+ *
+ * Cost: allocate and deallocate take one mutex and O(log n) in the free ranges, without any CUDA call
+ * when the memory is backed; growing costs about 30 us per slab on an H200 (docs/PERFORMANCE.md).
+ *
+ * Thread-safety: all members may be called concurrently (one mutex, held also while growing).
+ * Stream-ordering: as device_memory_resource.hpp says. Memory freed on stream A is reused on A at once;
+ * another stream B that takes it first waits (cudaStreamWaitEvent, no host synchronisation) on an event
+ * recorded on A after the free. The per-thread default stream's frees record that event at once (only
+ * the freeing thread can name that stream). Destroying a stream that freed memory here is safe when the
+ * stream is a gpumem::cuda_stream or mr::before_stream_destroy is called for it first: the pool then
+ * records its event and stops associating the handle with those blocks. Up to 63 streams are tracked at
+ * once; a deallocation on any further stream synchronises that stream first.
+ *
+ * Device: the pool belongs to the device that is current at its construction (or the provider's); use it
+ * with that device current.
+ *
+ * Equality: a pool equals only itself.
+ */
+#pragma once
+
+#include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/export.hpp>
+#include <gpumem/mr/before_stream_destroy.hpp>
+#include <gpumem/mr/detail/virtual_heap.hpp>
+#include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/mr/virtual_memory_provider.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpumem::mr {
+
+/** @brief How a vmm_pool_memory_resource is built. */
+struct vmm_pool_options {
+  /// Bytes of physical memory per slab, rounded up to the device's granularity (2 MiB on Hopper). Smaller
+  /// slabs waste less at the peak and cost more calls to grow (docs/PERFORMANCE.md measured 32 MiB).
+  std::size_t slab_size{std::size_t{32} << 20};
+  /// Bytes of virtual address space to reserve; none: four times the device's total memory.
+  std::optional<std::size_t> reservation_size{};
+  /// The most physical memory the pool may hold; none: no cap but the device's.
+  std::optional<std::size_t> maximum_physical_size{};
+  /// Other devices that may read and write the pool's memory (cuMemSetAccess); the backend checks them.
+  std::vector<int> peer_devices{};
+};
+
+/** @brief See the file comment. */
+class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resource,
+                                                     private detail::stream_destroy_listener {
+ public:
+  /**
+   * @brief A pool on the current device, through the backend's provider (make_device_vmm_provider).
+   * @throws gpumem::logic_error when the device does not support virtual memory management (naming it), or
+   *         for bad options (naming them); gpumem::out_of_memory when the reservation fails.
+   */
+  explicit vmm_pool_memory_resource(vmm_pool_options const& options = {});
+  /**
+   * @brief A pool over `provider` (a simulated_vmm_provider in replays and tests).
+   * @throws as above; gpumem::logic_error if provider is null.
+   */
+  vmm_pool_memory_resource(std::unique_ptr<virtual_memory_provider> provider, vmm_pool_options const& options);
+  /** @brief Waits for the streams that freed memory here, unmaps and releases everything, unreserves. */
+  ~vmm_pool_memory_resource() override;
+  vmm_pool_memory_resource(vmm_pool_memory_resource const&) = delete;
+  vmm_pool_memory_resource& operator=(vmm_pool_memory_resource const&) = delete;
+  vmm_pool_memory_resource(vmm_pool_memory_resource&&) = delete;
+  vmm_pool_memory_resource& operator=(vmm_pool_memory_resource&&) = delete;
+
+  /**
+   * @brief Unmaps and releases every wholly free slab, after the work of the streams that freed memory in
+   * it has completed. @return the bytes of physical memory given back.
+   */
+  std::size_t release_unused();
+
+  /** @return the provider (its device, granularity, and for a simulated one its counters). */
+  [[nodiscard]] virtual_memory_provider& provider() const noexcept { return *provider_; }
+  [[nodiscard]] std::size_t slab_size() const noexcept;
+  [[nodiscard]] std::size_t reservation_size() const noexcept;
+  /** @return bytes handed out and not yet returned (each allocation rounded up to 256). */
+  [[nodiscard]] std::size_t bytes_in_use() const noexcept;
+  /** @return bytes of physical memory held now (slabs mapped). */
+  [[nodiscard]] std::size_t physical_bytes() const noexcept;
+  /** @return the most physical memory held at once since construction. */
+  [[nodiscard]] std::size_t peak_physical_bytes() const noexcept;
+  /** @return bytes free in the mapped slabs. */
+  [[nodiscard]] std::size_t free_bytes() const noexcept;
+  [[nodiscard]] std::size_t largest_free_block() const noexcept;
+  [[nodiscard]] std::size_t slab_count() const noexcept;
+  /** @return how many slabs were created, moved (unmapped and mapped elsewhere) and released since construction. */
+  [[nodiscard]] std::size_t slabs_created() const noexcept;
+  [[nodiscard]] std::size_t slabs_moved() const noexcept;
+  [[nodiscard]] std::size_t slabs_released() const noexcept;
+  /** @brief Checks the heap's invariants and the byte counts. @throws gpumem::logic_error naming a violation. */
+  void check_invariants() const;
+
+ private:
+  struct stream_slot {
+    cudaStream_t stream{};
+    std::uint64_t thread{};        // this_thread_token() for the per-thread default stream, else 0
+    cudaEvent_t event{};
+    bool recorded_since_free{true};
+    bool in_use{false};
+  };
+
+  void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
+  void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
+  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override
+  {
+    return this == &other;
+  }
+  void stream_destroying(cudaStream_t stream) noexcept override;
+
+  /// The slot of `stream` (created on first use), or nullopt when all 63 are taken. Lock held.
+  [[nodiscard]] std::optional<unsigned> slot_of(cudaStream_t stream);
+  /// `stream` waits for the frees of every slot in `mask` but its own. Lock held.
+  void order_after(std::uint64_t mask, std::optional<unsigned> own, cudaStream_t stream);
+  /// The host waits for the frees of every slot in `mask`. Lock held.
+  void wait_on_host(std::uint64_t mask);
+  /// Backs enough slabs for `bytes` (see the file comment). Lock held. @throws out_of_memory, cuda_error.
+  void grow(std::size_t bytes, cudaStream_t stream);
+  /// Unmaps and releases the wholly free slabs in `slabs` (after their streams). Lock held. @return bytes.
+  std::size_t release_slabs(std::vector<std::uintptr_t> const& slabs);
+  [[noreturn]] void fail(std::size_t bytes, std::string_view why);
+
+  std::unique_ptr<virtual_memory_provider> provider_;
+  mutable std::mutex mutex_;
+  std::optional<std::size_t> maximum_physical_;
+  std::uintptr_t reservation_{};
+  std::size_t reservation_size_{};
+  std::unique_ptr<detail::virtual_heap> heap_;  // guarded by mutex_
+  std::vector<stream_slot> slots_;              // guarded by mutex_; index = bit in the heap's masks
+  std::size_t bytes_in_use_{};
+  std::size_t peak_physical_{};
+  std::size_t created_{}, moved_{}, released_{};
+};
+
+}  // namespace gpumem::mr

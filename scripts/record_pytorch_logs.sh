@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Records the allocation logs of benchmarks/traces/pytorch_programs.py on the GPU machine (issue 7's real
+# logs): builds the Python package (release, sm_90) in build/gpu-py, then runs every program twice, once on
+# gpumem's pluggable allocator with the logging adaptor (writes $OUT/<program>.csv.gz) and once on PyTorch's
+# own caching allocator (its peaks). One JSON line per run goes to $OUT/programs.jsonl.
+#
+#   bash scripts/record_pytorch_logs.sh [program...]     (default: all three)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out=${OUT:-/tmp/gpumem-out}; mkdir -p "$out"
+build=build/gpu-py
+unset GPUMEM_BACKEND
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DGPUMEM_BUILD_TESTS=OFF -DGPUMEM_BUILD_CLI=ON -DGPUMEM_BUILD_PYTHON=ON -DGPUMEM_PYTHON_STUBS=OFF \
+  -DGPUMEM_WARNINGS_AS_ERRORS=OFF >"$out/record-build.log" 2>&1 || { tail -30 "$out/record-build.log"; exit 1; }
+cmake --build "$build" --parallel "$(nproc)" >>"$out/record-build.log" 2>&1 || { tail -30 "$out/record-build.log"; exit 1; }
+python=$(sed -n 's/^Python3_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
+programs=("$@"); ((${#programs[@]})) || programs=(gpt_train llm_generate unet_train)
+failed=0
+for p in "${programs[@]}"; do
+  log=/tmp/$p.csv
+  PYTHONUNBUFFERED=1 PYTHONPATH="$build/python" timeout 300 "$python" benchmarks/traces/pytorch_programs.py "$p" \
+    --allocator gpumem --log "$log" | tee -a "$out/programs.jsonl" || failed=1
+  [[ -s $log ]] && { wc -l "$log"; gzip -9 -c "$log" >"$out/$p.csv.gz"; }
+  PYTHONUNBUFFERED=1 timeout 300 "$python" benchmarks/traces/pytorch_programs.py "$p" --allocator pytorch \
+    | tee -a "$out/programs.jsonl" || failed=1
+done
+exit $failed

@@ -1,0 +1,15 @@
+// make_device_vmm_provider: the provider of the process's backend (virtual_memory_provider.hpp).
+#include "backend/vmm_providers.hpp"
+
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/mr/virtual_memory_provider.hpp>
+
+namespace gpumem::mr {
+
+std::unique_ptr<virtual_memory_provider> make_device_vmm_provider(int device, std::vector<int> const& peers)
+{
+  if (detail::get_backend().kind() == backend_kind::cuda) { return detail::make_cuda_vmm_provider(device, peers); }
+  return detail::make_host_vmm_provider(device, peers);
+}
+
+}  // namespace gpumem::mr

@@ -1,0 +1,322 @@
+// The algorithm of vmm_pool_memory_resource (virtual_heap.hpp has the contract and the placement rules).
+#include <gpumem/error.hpp>
+#include <gpumem/mr/detail/virtual_heap.hpp>
+
+#include <algorithm>
+#include <iterator>
+#include <limits>
+#include <string>
+
+namespace gpumem::detail {
+namespace {
+
+[[nodiscard]] bool is_power_of_two(std::size_t value) noexcept { return value != 0 && (value & (value - 1)) == 0; }
+
+[[nodiscard]] std::string hex(std::uintptr_t address) { return format_pointer(reinterpret_cast<void const*>(address)); }
+
+/// Throws logic_error with `message()` (built only on failure: these checks sit on the allocation path).
+template <class Message>
+void require(bool condition, Message&& message)
+{
+  if (!condition) [[unlikely]] { throw logic_error("virtual_heap: " + message()); }
+}
+
+}  // namespace
+
+virtual_heap::virtual_heap(std::uintptr_t base, std::size_t size, std::size_t slab_size, std::size_t alignment)
+  : base_{base}, size_{size}, slab_size_{slab_size}, alignment_{alignment}
+{
+  require(is_power_of_two(alignment), [&] { return std::string{} + "alignment " + std::to_string(alignment) + " is not a power of two"; });
+  require(slab_size > 0 && slab_size % alignment == 0, [&] { return std::string{} + "slab size " + std::to_string(slab_size) + " is not a positive multiple of the alignment " +
+            std::to_string(alignment); });
+  require(base % slab_size == 0, [&] { return std::string{} + "base " + hex(base) + " is not a multiple of the slab size " + std::to_string(slab_size); });
+  require(size > 0 && size % slab_size == 0, [&] { return std::string{} + "size " + std::to_string(size) + " is not a positive multiple of the slab size " + std::to_string(slab_size); });
+  require(base <= std::numeric_limits<std::uintptr_t>::max() - size, [&] { return std::string{} + "the range " + hex(base) + " + " +
+                                                                       std::to_string(size) + " wraps around"; });
+}
+
+std::optional<virtual_heap::block> virtual_heap::take(std::size_t bytes)
+{
+  auto const fit = by_size_.lower_bound({bytes, 0});
+  if (fit == by_size_.end()) { return std::nullopt; }
+  auto const [size, address] = *fit;
+  auto const where = by_address_.find(address);
+  std::uint64_t const streams = where->second.streams;
+  if (size == bytes) {
+    erase_range(where);
+  } else {
+    // The remainder keeps the range's streams; re-key it (node reuse: no allocation can fail here).
+    auto address_node = by_address_.extract(where);
+    auto size_node = by_size_.extract(fit);
+    if (address_node.empty() || size_node.empty()) { return std::nullopt; }  // cannot happen; tells the compiler
+    address_node.key() = address + bytes;
+    address_node.mapped().size = size - bytes;
+    size_node.value() = {size - bytes, address + bytes};
+    by_address_.insert(std::move(address_node));
+    by_size_.insert(std::move(size_node));
+    free_bytes_ -= bytes;
+  }
+  return block{address, streams};
+}
+
+void virtual_heap::give_back(std::uintptr_t address, std::size_t bytes, std::uint64_t streams)
+{
+  require(bytes > 0 && bytes % alignment_ == 0 && address % alignment_ == 0, [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) + " bytes is empty or not aligned to " +
+            std::to_string(alignment_); });
+  require(address >= base_ && address - base_ <= size_ && bytes <= size_ - (address - base_), [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) + " bytes is outside the reservation"; });
+  // The first and the last slab (a full walk, in check_invariants, would cost a lookup per slab here).
+  require(slabs_.contains(slab_of(address)) && slabs_.contains(slab_of(address + bytes - 1)), [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) +
+                                    " bytes is not inside backed slabs (not from this pool)"; });
+  auto next = by_address_.lower_bound(address);
+  if (next != by_address_.end()) {
+    require(next->first >= address + bytes, [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) +
+                                              " bytes overlaps a free range at " + hex(next->first) +
+                                              " (freed twice?)"; });
+  }
+  if (next != by_address_.begin()) {
+    auto const previous = std::prev(next);
+    require(previous->first + previous->second.size <= address, [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) + " bytes overlaps the free range at " +
+              hex(previous->first) + " (freed twice?)"; });
+  }
+  insert_range(address, bytes, streams);
+}
+
+void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::uint64_t streams)
+{
+  // Merging reuses the existing nodes (extract, change, insert): only a range with no free neighbour
+  // allocates, so a std::bad_alloc leaves the heap as it was.
+  auto next = by_address_.lower_bound(address);
+  bool const merge_next = next != by_address_.end() && next->first == address + size;
+  bool merge_previous = false;
+  address_index::iterator previous;
+  if (next != by_address_.begin()) {
+    previous = std::prev(next);
+    merge_previous = previous->first + previous->second.size == address;
+  }
+  if (merge_previous) {
+    auto size_node = by_size_.extract({previous->second.size, previous->first});
+    previous->second.size += size;
+    previous->second.streams |= streams;
+    if (merge_next) {
+      previous->second.size += next->second.size;
+      previous->second.streams |= next->second.streams;
+      by_size_.erase({next->second.size, next->first});
+      by_address_.erase(next);
+    }
+    size_node.value() = {previous->second.size, previous->first};
+    by_size_.insert(std::move(size_node));
+  } else if (merge_next) {
+    auto size_node = by_size_.extract({next->second.size, next->first});
+    auto address_node = by_address_.extract(next);
+    if (address_node.empty() || size_node.empty()) { return; }  // cannot happen; tells the compiler
+    address_node.key() = address;
+    address_node.mapped().size += size;
+    address_node.mapped().streams |= streams;
+    size_node.value() = {address_node.mapped().size, address};
+    by_address_.insert(std::move(address_node));
+    by_size_.insert(std::move(size_node));
+  } else {
+    auto const inserted = by_address_.emplace(address, range{size, streams}).first;
+    try {
+      by_size_.insert({size, address});
+    } catch (...) {
+      by_address_.erase(inserted);
+      throw;
+    }
+  }
+  free_bytes_ += size;
+}
+
+/// Re-keys and resizes the free range at `where` (node reuse: never allocates).
+void virtual_heap::reshape(address_index::iterator where, std::uintptr_t address, std::size_t size) noexcept
+{
+  auto size_node = by_size_.extract({where->second.size, where->first});
+  auto address_node = by_address_.extract(where);
+  if (address_node.empty() || size_node.empty()) { return; }  // cannot happen; tells the compiler
+  free_bytes_ -= address_node.mapped().size;
+  address_node.key() = address;
+  address_node.mapped().size = size;
+  size_node.value() = {size, address};
+  by_address_.insert(std::move(address_node));
+  by_size_.insert(std::move(size_node));
+  free_bytes_ += size;
+}
+
+void virtual_heap::erase_range(address_index::iterator where) noexcept
+{
+  by_size_.erase({where->second.size, where->first});
+  free_bytes_ -= where->second.size;
+  by_address_.erase(where);
+}
+
+virtual_heap::address_index::const_iterator virtual_heap::containing(std::uintptr_t address, std::size_t bytes) const
+{
+  auto it = by_address_.upper_bound(address);
+  if (it == by_address_.begin()) { return by_address_.end(); }
+  --it;
+  return it->first + it->second.size >= address + bytes ? it : by_address_.end();
+}
+
+std::size_t virtual_heap::free_ending_at(std::uintptr_t address) const
+{
+  auto it = by_address_.lower_bound(address);
+  if (it == by_address_.begin()) { return 0; }
+  --it;
+  return it->first + it->second.size == address ? it->second.size : 0;
+}
+
+std::size_t virtual_heap::free_starting_at(std::uintptr_t address) const
+{
+  auto const it = by_address_.find(address);
+  return it == by_address_.end() ? 0 : it->second.size;
+}
+
+std::uintptr_t virtual_heap::slab_of(std::uintptr_t address) const noexcept
+{
+  return address - (address - base_) % slab_size_;
+}
+
+bool virtual_heap::backed(std::uintptr_t address, std::size_t bytes) const
+{
+  std::uintptr_t slab = address - (address - base_) % slab_size_;
+  for (; slab < address + bytes; slab += slab_size_) {
+    if (!slabs_.contains(slab)) { return false; }
+  }
+  return true;
+}
+
+std::optional<virtual_heap::growth_plan> virtual_heap::plan_growth(std::size_t bytes) const
+{
+  std::optional<growth_plan> best;
+  // Reserved for the chosen place: the free ranges it extends (their slabs must stay).
+  std::uintptr_t keep_begin = 0;
+  std::uintptr_t keep_end = 0;
+  auto consider = [&](std::uintptr_t gap_begin, std::uintptr_t gap_end) {
+    if (gap_begin >= gap_end) { return; }
+    std::size_t const left = free_ending_at(gap_begin);
+    std::size_t const gap = gap_end - gap_begin;
+    std::size_t const missing = bytes > left ? bytes - left : 0;
+    std::size_t slabs = (missing + slab_size_ - 1) / slab_size_;
+    std::size_t right = 0;
+    if (slabs * slab_size_ > gap) {  // the whole gap, and the range after it
+      right = free_starting_at(gap_end);
+      if (left + gap + right < bytes) { return; }
+      slabs = gap / slab_size_;
+    }
+    if (slabs == 0) { return; }
+    if (!best || slabs < best->slabs) {
+      best = growth_plan{gap_begin, slabs, {}};
+      keep_begin = gap_begin - left;
+      keep_end = slabs * slab_size_ == gap ? gap_end + right : gap_begin;
+    }
+  };
+  std::uintptr_t previous_end = base_;
+  for (auto const& [address, handle] : slabs_) {
+    consider(previous_end, address);
+    previous_end = address + slab_size_;
+  }
+  consider(previous_end, base_ + size_);
+  if (!best) { return std::nullopt; }
+  for (std::uintptr_t const slab : wholly_free_slabs()) {
+    if (best->movable.size() == best->slabs) { break; }
+    if (slab + slab_size_ > keep_begin && slab < keep_end) { continue; }
+    best->movable.push_back(slab);
+  }
+  return best;
+}
+
+void virtual_heap::back(std::uintptr_t address, std::uint64_t handle)
+{
+  require(address >= base_ && address < base_ + size_ && (address - base_) % slab_size_ == 0, [&] { return std::string{} + "slab " + hex(address) + " is not a slab address of the reservation"; });
+  require(!slabs_.contains(address), [&] { return std::string{} + "slab " + hex(address) + " is already backed"; });
+  slabs_.emplace(address, handle);
+  try {
+    insert_range(address, slab_size_, 0);
+  } catch (...) {
+    slabs_.erase(address);
+    throw;
+  }
+}
+
+std::pair<std::uint64_t, std::uint64_t> virtual_heap::unback(std::uintptr_t address)
+{
+  auto const slab = slabs_.find(address);
+  require(slab != slabs_.end(), [&] { return std::string{} + "no slab at " + hex(address); });
+  auto const found = containing(address, slab_size_);
+  require(found != by_address_.end(), [&] { return std::string{} + "slab " + hex(address) + " is not wholly free"; });
+  auto const where = by_address_.find(found->first);
+  std::uintptr_t const begin = where->first;
+  std::size_t const size = where->second.size;
+  std::uint64_t const streams = where->second.streams;
+  // The parts before and after the slab stay free with the same streams. The only allocation (a second
+  // range, when both parts exist) comes first, so a std::bad_alloc changes nothing.
+  std::size_t const before = address - begin;
+  std::size_t const after = begin + size - (address + slab_size_);
+  if (before > 0 && after > 0) {
+    auto const inserted = by_address_.emplace(address + slab_size_, range{after, streams}).first;
+    try {
+      by_size_.insert({after, address + slab_size_});
+    } catch (...) {
+      by_address_.erase(inserted);
+      throw;
+    }
+    free_bytes_ += after;
+    reshape(where, begin, before);
+  } else if (before > 0) {
+    reshape(where, begin, before);
+  } else if (after > 0) {
+    reshape(where, address + slab_size_, after);
+  } else {
+    erase_range(where);
+  }
+  std::uint64_t const handle = slab->second;
+  slabs_.erase(slab);
+  return {handle, streams};
+}
+
+std::vector<std::uintptr_t> virtual_heap::wholly_free_slabs() const
+{
+  std::vector<std::uintptr_t> result;
+  for (auto it = slabs_.rbegin(); it != slabs_.rend(); ++it) {
+    if (containing(it->first, slab_size_) != by_address_.end()) { result.push_back(it->first); }
+  }
+  return result;
+}
+
+std::uint64_t virtual_heap::streams_in_use() const noexcept
+{
+  std::uint64_t mask = 0;
+  for (auto const& [address, r] : by_address_) { mask |= r.streams; }
+  return mask;
+}
+
+void virtual_heap::forget_streams(std::uint64_t mask) noexcept
+{
+  for (auto& [address, r] : by_address_) { r.streams &= ~mask; }
+}
+
+void virtual_heap::check_invariants() const
+{
+  auto fail = [](std::string const& what) { throw logic_error("virtual_heap invariant violated: " + what); };
+  if (by_address_.size() != by_size_.size()) { fail("the two indexes hold different numbers of ranges"); }
+  std::size_t total = 0;
+  std::uintptr_t previous_end = 0;
+  bool first = true;
+  for (auto const& [address, r] : by_address_) {
+    if (r.size == 0 || address % alignment_ != 0 || r.size % alignment_ != 0) { fail("range " + hex(address) + " empty or misaligned"); }
+    if (!first && address <= previous_end) { fail("range " + hex(address) + " overlaps or touches the previous one"); }
+    if (!by_size_.contains({r.size, address})) { fail("range " + hex(address) + " missing from the size index"); }
+    if (!backed(address, r.size)) { fail("range " + hex(address) + " is not backed"); }
+    previous_end = address + r.size;
+    first = false;
+    total += r.size;
+  }
+  if (total != free_bytes_) { fail("free bytes " + std::to_string(free_bytes_) + " != sum " + std::to_string(total)); }
+  for (auto const& [address, handle] : slabs_) {
+    if (address < base_ || address >= base_ + size_ || (address - base_) % slab_size_ != 0) {
+      fail("slab " + hex(address) + " misplaced");
+    }
+  }
+}
+
+}  // namespace gpumem::detail

@@ -1,0 +1,154 @@
+// simulated_vmm_provider: addresses and byte counts only (virtual_memory_provider.hpp).
+#include <gpumem/error.hpp>
+#include <gpumem/mr/simulated_memory_resource.hpp>
+#include <gpumem/mr/virtual_memory_provider.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace gpumem::mr {
+
+simulated_vmm_provider::simulated_vmm_provider(std::size_t physical_capacity, std::size_t granularity)
+  : capacity_{physical_capacity}, granularity_{granularity}, next_reservation_{simulated_memory_resource::default_base}
+{
+  expects(granularity > 0 && (granularity & (granularity - 1)) == 0,
+          "granularity " + std::to_string(granularity) + " is not a power of two");
+}
+
+memory_info simulated_vmm_provider::mem_info()
+{
+  std::lock_guard lock{mutex_};
+  return {capacity_ - physical_bytes_, capacity_};
+}
+
+std::uintptr_t simulated_vmm_provider::reserve(std::size_t bytes)
+{
+  expects(bytes > 0 && bytes % granularity_ == 0,
+          "reserve: " + std::to_string(bytes) + " bytes is not a positive multiple of the granularity");
+  std::lock_guard lock{mutex_};
+  std::uintptr_t const base = next_reservation_;
+  next_reservation_ += bytes + granularity_;  // a guard gap between reservations
+  reservations_.emplace_back(base, bytes);
+  return base;
+}
+
+void simulated_vmm_provider::unreserve(std::uintptr_t base, std::size_t bytes) noexcept
+{
+  std::lock_guard lock{mutex_};
+  auto const it = std::find(reservations_.begin(), reservations_.end(), std::pair{base, bytes});
+  if (it == reservations_.end()) {
+    ++misuse_;
+    return;
+  }
+  bool const still_mapped = std::any_of(mappings_.begin(), mappings_.end(), [&](auto const& m) {
+    return m.first >= base && m.first < base + bytes;
+  });
+  if (still_mapped) { ++misuse_; }
+  reservations_.erase(it);
+}
+
+physical_handle simulated_vmm_provider::create(std::size_t bytes)
+{
+  expects(bytes > 0 && bytes % granularity_ == 0,
+          "create: " + std::to_string(bytes) + " bytes is not a positive multiple of the granularity");
+  std::lock_guard lock{mutex_};
+  ++create_calls_;
+  if (creates_until_failure_) {
+    if (*creates_until_failure_ == 0) { return 0; }
+    --*creates_until_failure_;
+  }
+  if (bytes > capacity_ - physical_bytes_) { return 0; }
+  physical_bytes_ += bytes;
+  handles_.emplace_back(next_handle_, bytes);
+  return next_handle_++;
+}
+
+void simulated_vmm_provider::release(physical_handle handle) noexcept
+{
+  std::lock_guard lock{mutex_};
+  ++release_calls_;
+  auto const it = std::find_if(handles_.begin(), handles_.end(), [&](auto const& h) { return h.first == handle; });
+  if (it == handles_.end()) {
+    ++misuse_;
+    return;
+  }
+  physical_bytes_ -= it->second;
+  handles_.erase(it);
+}
+
+void simulated_vmm_provider::map(std::uintptr_t address, std::size_t bytes, physical_handle handle)
+{
+  std::lock_guard lock{mutex_};
+  ++map_calls_;
+  if (maps_until_failure_) {
+    if (*maps_until_failure_ == 0) {
+      throw cuda_error(cudaErrorMemoryAllocation, "simulated cuMemMap(" +
+                                                    format_pointer(reinterpret_cast<void*>(address)) +
+                                                    ") failed (failure injection)");
+    }
+    --*maps_until_failure_;
+  }
+  auto const known = std::find_if(handles_.begin(), handles_.end(), [&](auto const& h) { return h.first == handle; });
+  bool const inside = std::any_of(reservations_.begin(), reservations_.end(), [&](auto const& r) {
+    return address >= r.first && address + bytes <= r.first + r.second;
+  });
+  bool const overlaps = std::any_of(mappings_.begin(), mappings_.end(), [&](auto const& m) {
+    return address < m.first + m.second && m.first < address + bytes;
+  });
+  if (known == handles_.end() || known->second != bytes || !inside || overlaps) {
+    ++misuse_;
+    throw cuda_error(cudaErrorInvalidValue, "simulated cuMemMap(" + format_pointer(reinterpret_cast<void*>(address)) +
+                                              "): unknown handle, wrong size, outside a reservation or over a mapping");
+  }
+  mappings_.emplace_back(address, bytes);
+  mapped_bytes_ += bytes;
+}
+
+void simulated_vmm_provider::unmap(std::uintptr_t address, std::size_t bytes) noexcept
+{
+  std::lock_guard lock{mutex_};
+  ++unmap_calls_;
+  auto const it = std::find(mappings_.begin(), mappings_.end(), std::pair{address, bytes});
+  if (it == mappings_.end()) {
+    ++misuse_;
+    return;
+  }
+  mappings_.erase(it);
+  mapped_bytes_ -= bytes;
+}
+
+void simulated_vmm_provider::fail_create_after(std::size_t calls)
+{
+  std::lock_guard lock{mutex_};
+  creates_until_failure_ = calls;
+}
+
+void simulated_vmm_provider::fail_map_after(std::size_t calls)
+{
+  std::lock_guard lock{mutex_};
+  maps_until_failure_ = calls;
+}
+
+void simulated_vmm_provider::clear_failures()
+{
+  std::lock_guard lock{mutex_};
+  creates_until_failure_.reset();
+  maps_until_failure_.reset();
+}
+
+#define GPUMEM_SIMULATED_VMM_COUNTER(name, member)        \
+  std::size_t simulated_vmm_provider::name() const        \
+  {                                                       \
+    std::lock_guard lock{mutex_};                         \
+    return member;                                        \
+  }
+GPUMEM_SIMULATED_VMM_COUNTER(physical_bytes, physical_bytes_)
+GPUMEM_SIMULATED_VMM_COUNTER(mapped_bytes, mapped_bytes_)
+GPUMEM_SIMULATED_VMM_COUNTER(create_calls, create_calls_)
+GPUMEM_SIMULATED_VMM_COUNTER(map_calls, map_calls_)
+GPUMEM_SIMULATED_VMM_COUNTER(unmap_calls, unmap_calls_)
+GPUMEM_SIMULATED_VMM_COUNTER(release_calls, release_calls_)
+GPUMEM_SIMULATED_VMM_COUNTER(misuse_count, misuse_)
+#undef GPUMEM_SIMULATED_VMM_COUNTER
+
+}  // namespace gpumem::mr

@@ -1,0 +1,378 @@
+// vmm_pool_memory_resource (vmm_pool_memory_resource.hpp has the contract; mr/detail/virtual_heap.hpp the
+// placement). This file turns the heap's decisions into provider calls and stream-ordering.
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/debug_log.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/mr/detail/align.hpp>
+#include <gpumem/mr/stream_ordered_memory_resource.hpp>  // this_thread_token
+#include <gpumem/mr/vmm_pool_memory_resource.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <string>
+#include <utility>
+
+namespace gpumem::mr {
+namespace {
+
+constexpr unsigned max_slots = 63;
+constexpr std::uint64_t retired = ~std::uint64_t{0};  // stream_slot::thread of a destroyed stream's slot  // bit 63 stays unused: masks fit in 64 bits with room to spare
+
+[[nodiscard]] std::size_t round_up(std::size_t value, std::size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+[[nodiscard]] bool is_per_thread_default(cudaStream_t stream) noexcept { return stream == cudaStreamPerThread; }
+
+}  // namespace
+
+vmm_pool_memory_resource::vmm_pool_memory_resource(vmm_pool_options const& options)
+  : vmm_pool_memory_resource(make_device_vmm_provider(detail::get_backend().current_device(), options.peer_devices),
+                             options)
+{
+}
+
+vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memory_provider> provider,
+                                                   vmm_pool_options const& options)
+  : provider_{std::move(provider)}, maximum_physical_{options.maximum_physical_size}
+{
+  expects(provider_ != nullptr, "the virtual memory provider is null");
+  expects(options.slab_size > 0, "slab_size is 0");
+  std::size_t const granularity = provider_->granularity();
+  std::size_t const slab = round_up(options.slab_size, granularity);
+  std::size_t const reservation =
+    round_up(options.reservation_size.value_or(4 * std::max(provider_->mem_info().total, slab)), slab);
+  expects(reservation >= slab, "reservation_size " + std::to_string(reservation) + " is smaller than one slab (" +
+                                 std::to_string(slab) + " bytes)");
+  if (maximum_physical_) {
+    expects(*maximum_physical_ >= slab, "maximum_physical_size " + std::to_string(*maximum_physical_) +
+                                          " is smaller than one slab (" + std::to_string(slab) + " bytes)");
+  }
+  // Reserve one slab more, so that the heap's base can be aligned to the slab size.
+  reservation_size_ = reservation + slab;
+  reservation_ = provider_->reserve(reservation_size_);
+  try {
+    std::uintptr_t const base = round_up(reservation_, slab);
+    heap_ = std::make_unique<detail::virtual_heap>(base, reservation, slab, detail::allocation_alignment);
+    detail::add_stream_destroy_listener(this);
+  } catch (...) {
+    provider_->unreserve(reservation_, reservation_size_);
+    throw;
+  }
+}
+
+vmm_pool_memory_resource::~vmm_pool_memory_resource()
+{
+  detail::remove_stream_destroy_listener(this);
+  std::lock_guard lock{mutex_};
+  detail::backend& be = detail::get_backend();
+  // Wait for every stream that freed memory here, then take everything down.
+  std::uint64_t all = 0;
+  for (unsigned i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].in_use) { all |= std::uint64_t{1} << i; }
+  }
+  try {
+    wait_on_host(all);
+  } catch (std::exception const& e) {
+    detail::log(log_level::error, std::string{"vmm_pool_memory_resource: waiting for streams at destruction failed: "} + e.what());
+  }
+  std::size_t const slab = heap_->slab_size();
+  heap_->for_each_slab([&](std::uintptr_t address, std::uint64_t handle) {
+    provider_->unmap(address, slab);
+    provider_->release(handle);
+  });
+  for (auto const& slot : slots_) {
+    if (slot.event != nullptr) { be.event_destroy(slot.event); }
+  }
+  provider_->unreserve(reservation_, reservation_size_);
+}
+
+std::optional<unsigned> vmm_pool_memory_resource::slot_of(cudaStream_t stream)
+{
+  std::uint64_t const thread = is_per_thread_default(stream) ? detail::this_thread_token() : 0;
+  unsigned free_slot = max_slots;
+  for (unsigned i = 0; i < slots_.size(); ++i) {
+    stream_slot const& slot = slots_[i];
+    if (slot.in_use && slot.stream == stream && slot.thread == thread) { return i; }
+    if (!slot.in_use && free_slot == max_slots) { free_slot = i; }
+  }
+  if (free_slot == max_slots && slots_.size() >= max_slots) {
+    // Slots of destroyed streams come free once no free range carries their bit.
+    std::uint64_t const carried = heap_->streams_in_use();
+    for (unsigned i = 0; i < slots_.size(); ++i) {
+      if (slots_[i].thread == retired && (carried & (std::uint64_t{1} << i)) == 0) {
+        slots_[i].in_use = false;
+        if (free_slot == max_slots) { free_slot = i; }
+      }
+    }
+  }
+  if (free_slot == max_slots) {
+    if (slots_.size() >= max_slots) { return std::nullopt; }
+    free_slot = static_cast<unsigned>(slots_.size());
+    slots_.push_back({});
+  }
+  stream_slot& slot = slots_[free_slot];
+  if (slot.event == nullptr) { slot.event = detail::get_backend().event_create(cudaEventDisableTiming); }
+  slot.stream = stream;
+  slot.thread = thread;
+  slot.recorded_since_free = true;
+  slot.in_use = true;
+  return free_slot;
+}
+
+void vmm_pool_memory_resource::order_after(std::uint64_t mask, std::optional<unsigned> own, cudaStream_t stream)
+{
+  if (own) { mask &= ~(std::uint64_t{1} << *own); }
+  detail::backend& be = detail::get_backend();
+  while (mask != 0) {
+    auto const i = static_cast<unsigned>(std::countr_zero(mask));
+    mask &= mask - 1;
+    stream_slot& slot = slots_[i];
+    if (!slot.recorded_since_free) {  // record now: after every free made on that stream so far
+      be.event_record(slot.event, slot.stream);
+      slot.recorded_since_free = true;
+    }
+    be.stream_wait_event(stream, slot.event);
+  }
+}
+
+void vmm_pool_memory_resource::wait_on_host(std::uint64_t mask)
+{
+  detail::backend& be = detail::get_backend();
+  while (mask != 0) {
+    auto const i = static_cast<unsigned>(std::countr_zero(mask));
+    mask &= mask - 1;
+    stream_slot& slot = slots_[i];
+    if (!slot.recorded_since_free) {
+      be.event_record(slot.event, slot.stream);
+      slot.recorded_since_free = true;
+    }
+    be.event_synchronize(slot.event);
+  }
+}
+
+void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view stream)
+{
+  auto const rounded = detail::checked_align_up(bytes, detail::allocation_alignment);
+  if (!rounded) { fail(bytes, "the size overflows when rounded up to 256 bytes"); }
+  std::lock_guard lock{mutex_};
+  auto taken = heap_->take(*rounded);
+  if (!taken) {
+    grow(*rounded, stream.value());
+    taken = heap_->take(*rounded);
+    if (!taken) { fail(bytes, "internal error: no block after growing"); }
+  }
+  if (taken->streams != 0) {
+    try {
+      // A block of our own stream needs no wait; a stream beyond the slots never has one.
+      std::optional<unsigned> own;
+      std::uint64_t const thread = is_per_thread_default(stream.value()) ? detail::this_thread_token() : 0;
+      for (unsigned i = 0; i < slots_.size(); ++i) {
+        if (slots_[i].in_use && slots_[i].stream == stream.value() && slots_[i].thread == thread) { own = i; }
+      }
+      order_after(taken->streams, own, stream.value());
+    } catch (...) {
+      heap_->give_back(taken->address, *rounded, taken->streams);
+      throw;
+    }
+  }
+  bytes_in_use_ += *rounded;
+  return reinterpret_cast<void*>(taken->address);
+}
+
+void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept
+{
+  std::size_t const rounded = detail::checked_align_up(bytes, detail::allocation_alignment).value_or(bytes);
+  std::lock_guard lock{mutex_};
+  try {
+    std::optional<unsigned> const slot = slot_of(stream.value());
+    std::uint64_t mask = 0;
+    if (slot) {
+      stream_slot& s = slots_[*slot];
+      mask = std::uint64_t{1} << *slot;
+      if (s.thread != 0) {  // only this thread can name its per-thread default stream: record now
+        detail::get_backend().event_record(s.event, s.stream);
+        s.recorded_since_free = true;
+      } else {
+        s.recorded_since_free = false;
+      }
+    } else {
+      detail::get_backend().stream_synchronize(stream.value());  // beyond the slots: safe for every stream now
+    }
+    heap_->give_back(reinterpret_cast<std::uintptr_t>(ptr), rounded, mask);
+    bytes_in_use_ -= rounded;
+  } catch (std::exception const& e) {
+    detail::log(log_level::error, std::string{"vmm_pool_memory_resource::deallocate("} + format_pointer(ptr) +
+                                            ", " + std::to_string(bytes) + " bytes) ignored: " + e.what());
+  }
+}
+
+void vmm_pool_memory_resource::stream_destroying(cudaStream_t stream) noexcept
+{
+  std::lock_guard lock{mutex_};
+  for (auto& slot : slots_) {
+    if (!slot.in_use || slot.stream != stream || slot.thread != 0) { continue; }
+    try {
+      if (!slot.recorded_since_free) { detail::get_backend().event_record(slot.event, slot.stream); }
+      slot.recorded_since_free = true;
+      slot.stream = nullptr;  // the blocks keep the slot's bit; its event stays valid for waiters
+      slot.thread = retired;  // matches no stream any more; reused once no free range carries its bit
+    } catch (std::exception const& e) {
+      detail::log(log_level::error, std::string{"vmm_pool_memory_resource: recording before a stream's destruction failed: "} + e.what());
+    }
+  }
+}
+
+void vmm_pool_memory_resource::grow(std::size_t bytes, cudaStream_t stream)
+{
+  auto plan = heap_->plan_growth(bytes);
+  if (!plan) { fail(bytes, "the reserved address range has no room for it"); }
+  std::size_t const slab = heap_->slab_size();
+  std::size_t const physical = heap_->backed_bytes();
+  std::size_t const still_needed = plan->slabs - std::min(plan->slabs, plan->movable.size());
+  if (maximum_physical_ && physical + still_needed * slab > *maximum_physical_) {
+    fail(bytes, "it would take the physical memory to " + format_bytes(physical + still_needed * slab) +
+                  ", over the maximum_physical_size of " + format_bytes(*maximum_physical_));
+  }
+  (void)stream;
+  // Move wholly free slabs: unmap them (after their streams' work) and keep their physical memory.
+  std::vector<physical_handle> spare;
+  for (std::uintptr_t const address : plan->movable) {
+    auto const [handle, streams] = heap_->unback(address);
+    try {
+      wait_on_host(streams);
+    } catch (...) {
+      heap_->back(address, handle);
+      for (physical_handle const h : spare) { provider_->release(h), ++released_; }
+      throw;
+    }
+    provider_->unmap(address, slab);
+    spare.push_back(handle);
+  }
+  // Back the chosen place, slab by slab. A failure leaves the slabs mapped so far as free memory (the
+  // pool stays consistent), releases the spare handles and reports.
+  auto release_spares = [&] {
+    for (physical_handle const h : spare) {
+      provider_->release(h);
+      ++released_;
+    }
+    spare.clear();
+  };
+  for (std::size_t i = 0; i < plan->slabs; ++i) {
+    std::uintptr_t const address = plan->address + i * slab;
+    physical_handle handle = 0;
+    bool const moved = !spare.empty();
+    try {
+      if (moved) {
+        handle = spare.back();
+        spare.pop_back();
+      } else {
+        handle = provider_->create(slab);
+        if (handle == 0) {
+          // The device is full: give back every other wholly free slab, and try once more.
+          std::vector<std::uintptr_t> others;
+          for (std::uintptr_t const s : heap_->wholly_free_slabs()) {
+            if (s < plan->address || s >= plan->address + plan->slabs * slab) { others.push_back(s); }
+          }
+          if (!others.empty()) { release_slabs(others); }
+          handle = provider_->create(slab);
+        }
+        if (handle == 0) {
+          release_spares();
+          fail(bytes, "the device has no memory for another slab of " + format_bytes(slab));
+        }
+        ++created_;
+      }
+      provider_->map(address, slab, handle);
+    } catch (...) {
+      if (handle != 0) {
+        provider_->release(handle);
+        ++released_;
+      }
+      release_spares();
+      throw;
+    }
+    try {
+      heap_->back(address, handle);
+    } catch (...) {
+      provider_->unmap(address, slab);
+      provider_->release(handle);
+      ++released_;
+      release_spares();
+      throw;
+    }
+    if (moved) { ++moved_; }
+    peak_physical_ = std::max(peak_physical_, heap_->backed_bytes() + spare.size() * slab);
+  }
+  release_spares();
+}
+
+std::size_t vmm_pool_memory_resource::release_slabs(std::vector<std::uintptr_t> const& slabs)
+{
+  std::size_t const slab = heap_->slab_size();
+  std::size_t bytes = 0;
+  for (std::uintptr_t const address : slabs) {
+    auto const [handle, streams] = heap_->unback(address);
+    try {
+      wait_on_host(streams);
+    } catch (...) {
+      heap_->back(address, handle);
+      throw;
+    }
+    provider_->unmap(address, slab);
+    provider_->release(handle);
+    ++released_;
+    bytes += slab;
+  }
+  return bytes;
+}
+
+std::size_t vmm_pool_memory_resource::release_unused()
+{
+  std::lock_guard lock{mutex_};
+  return release_slabs(heap_->wholly_free_slabs());
+}
+
+void vmm_pool_memory_resource::fail(std::size_t bytes, std::string_view why)
+{
+  std::string details = std::string{why} + "; the pool holds " + format_bytes(heap_->backed_bytes()) + " in " +
+                        std::to_string(heap_->slab_count()) + " slabs of " + format_bytes(heap_->slab_size()) + ", " +
+                        format_bytes(heap_->free_bytes()) + " of them free in " +
+                        std::to_string(heap_->free_range_count()) + " ranges (largest " +
+                        format_bytes(heap_->largest_free_range()) + ")";
+  memory_info const info = provider_->mem_info();
+  throw out_of_memory("vmm_pool_memory_resource (" + provider_->describe() + "): cannot allocate " +
+                      format_bytes(bytes) + ": " + details + "; device free " + format_bytes(info.free) + " of " +
+                      format_bytes(info.total));
+}
+
+std::size_t vmm_pool_memory_resource::slab_size() const noexcept { return heap_->slab_size(); }
+std::size_t vmm_pool_memory_resource::reservation_size() const noexcept { return heap_->size(); }
+
+#define GPUMEM_VMM_POOL_GETTER(name, expression)                       \
+  std::size_t vmm_pool_memory_resource::name() const noexcept         \
+  {                                                                   \
+    std::lock_guard lock{mutex_};                                     \
+    return expression;                                                \
+  }
+GPUMEM_VMM_POOL_GETTER(bytes_in_use, bytes_in_use_)
+GPUMEM_VMM_POOL_GETTER(physical_bytes, heap_->backed_bytes())
+GPUMEM_VMM_POOL_GETTER(peak_physical_bytes, peak_physical_)
+GPUMEM_VMM_POOL_GETTER(free_bytes, heap_->free_bytes())
+GPUMEM_VMM_POOL_GETTER(largest_free_block, heap_->largest_free_range())
+GPUMEM_VMM_POOL_GETTER(slab_count, heap_->slab_count())
+GPUMEM_VMM_POOL_GETTER(slabs_created, created_)
+GPUMEM_VMM_POOL_GETTER(slabs_moved, moved_)
+GPUMEM_VMM_POOL_GETTER(slabs_released, released_)
+#undef GPUMEM_VMM_POOL_GETTER
+
+void vmm_pool_memory_resource::check_invariants() const
+{
+  std::lock_guard lock{mutex_};
+  heap_->check_invariants();
+  if (heap_->free_bytes() + bytes_in_use_ != heap_->backed_bytes()) {
+    throw logic_error("vmm_pool_memory_resource invariant violated: free " + std::to_string(heap_->free_bytes()) +
+                      " + in use " + std::to_string(bytes_in_use_) + " != backed " +
+                      std::to_string(heap_->backed_bytes()));
+  }
+}
+
+}  // namespace gpumem::mr
