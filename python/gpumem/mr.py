@@ -12,7 +12,8 @@ A resource hands out stream-ordered, 256-byte aligned device memory::
     print(stats.allocation_counts.current_bytes)
 
 Upstream resources: ``CudaMemoryResource``, ``ManagedMemoryResource``, ``PinnedHostMemoryResource``,
-``CudaAsyncMemoryResource``. Sub-allocators over an upstream: ``PoolMemoryResource``,
+``CudaAsyncMemoryResource``; ``VmmPoolMemoryResource``, a pool over one virtual address range whose
+physical memory grows and shrinks in slabs. Sub-allocators over an upstream: ``PoolMemoryResource``,
 ``ArenaMemoryResource``, ``FixedSizeMemoryResource``, ``BinningMemoryResource``. Adaptors, each adding one
 concern: ``LoggingResourceAdaptor``, ``StatisticsResourceAdaptor`` (``Statistics`` records),
 ``TrackingResourceAdaptor``, ``LimitingResourceAdaptor``, ``FailureCallbackResourceAdaptor``.
@@ -39,6 +40,7 @@ from ._gpumem.mr import (  # noqa: F401  (re-exported)
     ManagedMemoryResource,
     PinnedHostMemoryResource,
     PoolMemoryResource,
+    VmmPoolMemoryResource,
     Statistics,
     StatisticsResourceAdaptor,
     TrackingResourceAdaptor,
@@ -61,6 +63,7 @@ __all__ = [
     "ManagedMemoryResource",
     "PinnedHostMemoryResource",
     "PoolMemoryResource",
+    "VmmPoolMemoryResource",
     "Statistics",
     "StatisticsResourceAdaptor",
     "TrackingResourceAdaptor",

@@ -33,6 +33,7 @@
 #include <gpumem/mr/pool_memory_resource.hpp>
 #include <gpumem/mr/statistics_resource_adaptor.hpp>
 #include <gpumem/mr/tracking_resource_adaptor.hpp>
+#include <gpumem/mr/vmm_pool_memory_resource.hpp>
 
 #include <pybind11/stl.h>
 
@@ -223,6 +224,49 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     "The maximum pool size given at construction, or None.");
   add_upstream(pool);
   add_pool_statistics(pool);
+
+  py::class_<mr::vmm_pool_memory_resource, device_memory_resource> vmm(
+    sub, "VmmPoolMemoryResource",
+    "A pool over one reserved range of virtual addresses, backed by physical memory in slabs (CUDA's virtual "
+    "memory management; a memfd emulation on the host backend). Free ranges coalesce across growth, wholly "
+    "free slabs are moved where the pool grows, and release_unused() gives them back to the device.");
+  vmm.def(py::init([](std::size_t slab_size, std::optional<std::size_t> reservation_size,
+                      std::optional<std::size_t> maximum_physical_size, std::vector<int> peer_devices) {
+            py::gil_scoped_release const release;
+            mr::vmm_pool_options options;
+            options.slab_size = slab_size;
+            options.reservation_size = reservation_size;
+            options.maximum_physical_size = maximum_physical_size;
+            options.peer_devices = std::move(peer_devices);
+            return std::make_unique<mr::vmm_pool_memory_resource>(options);
+          }),
+          py::arg("slab_size") = std::size_t{32} << 20, py::arg("reservation_size") = py::none(),
+          py::arg("maximum_physical_size") = py::none(), py::arg("peer_devices") = std::vector<int>{},
+          "A pool on the current device. slab_size: bytes of physical memory per slab (rounded up to the "
+          "device's granularity); reservation_size: virtual address space to reserve (None: 4 x the device's "
+          "memory); maximum_physical_size: a cap (None: the device's); peer_devices: devices that may access "
+          "the memory. Raises ValueError when the device has no virtual memory management or an option is bad.");
+  vmm.def("release_unused", &mr::vmm_pool_memory_resource::release_unused, py::call_guard<py::gil_scoped_release>(),
+          "Unmaps and releases every wholly free slab once the streams that freed memory in it are done; "
+          "returns the bytes given back to the device.");
+  vmm.def_property_readonly("slab_size", &mr::vmm_pool_memory_resource::slab_size, "Bytes per slab.");
+  vmm.def_property_readonly("reservation_size", &mr::vmm_pool_memory_resource::reservation_size,
+                            "Bytes of virtual address space reserved for the pool's blocks.");
+  vmm.def_property_readonly("bytes_in_use", &mr::vmm_pool_memory_resource::bytes_in_use,
+                            "Bytes handed out and not yet freed (each block rounded up to 256).");
+  vmm.def_property_readonly("physical_bytes", &mr::vmm_pool_memory_resource::physical_bytes,
+                            "Bytes of physical memory the pool holds now.");
+  vmm.def_property_readonly("peak_physical_bytes", &mr::vmm_pool_memory_resource::peak_physical_bytes,
+                            "The most physical memory the pool has held at once.");
+  vmm.def_property_readonly("free_bytes", &mr::vmm_pool_memory_resource::free_bytes,
+                            "Bytes free in the pool's slabs.");
+  vmm.def_property_readonly("slab_count", &mr::vmm_pool_memory_resource::slab_count, "Slabs mapped now.");
+  vmm.def_property_readonly("slabs_created", &mr::vmm_pool_memory_resource::slabs_created,
+                            "Slabs of physical memory created since construction.");
+  vmm.def_property_readonly("slabs_moved", &mr::vmm_pool_memory_resource::slabs_moved,
+                            "Wholly free slabs unmapped and mapped where the pool grew, instead of new ones.");
+  vmm.def_property_readonly("slabs_released", &mr::vmm_pool_memory_resource::slabs_released,
+                            "Slabs given back to the device since construction.");
 
   py::class_<mr::arena_memory_resource, device_memory_resource> arena(
     sub, "ArenaMemoryResource",

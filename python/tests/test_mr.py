@@ -322,3 +322,39 @@ def test_allocation_releases_the_gil():
         thread.join()
     assert not errors
     assert pool.used_bytes() == 0
+
+
+def test_vmm_pool_grows_coalesces_and_gives_memory_back():
+    pool = mr.VmmPoolMemoryResource(slab_size=4 << 20)
+    assert pool.slab_size == 4 << 20
+    assert pool.physical_bytes == 0
+    blocks = [pool.allocate(6 << 20) for _ in range(4)]  # several growths
+    assert pool.bytes_in_use == 4 * (6 << 20)
+    assert pool.physical_bytes >= pool.bytes_in_use
+    created = pool.slabs_created
+    for ptr in blocks:
+        pool.deallocate(ptr, 6 << 20)
+    # The free ranges coalesced across the growths: one block of the whole size needs no new slab.
+    whole = pool.allocate(4 * (6 << 20))
+    assert pool.slabs_created == created
+    pool.deallocate(whole, 4 * (6 << 20))
+    released = pool.release_unused()
+    assert released > 0 and pool.physical_bytes == 0 and pool.slabs_released >= 1
+    assert pool.peak_physical_bytes >= 4 * (6 << 20)
+
+
+def test_vmm_pool_as_current_resource_and_bad_options():
+    pool = mr.VmmPoolMemoryResource(slab_size=2 << 20)
+    previous = mr.get_current_device_resource()
+    mr.set_current_device_resource(pool)
+    try:
+        buf = gpumem.DeviceBuffer.to_device(b"vmm" * 1000)
+        assert buf.tobytes() == b"vmm" * 1000
+        del buf
+    finally:
+        mr.set_current_device_resource(previous)
+    with pytest.raises(ValueError, match="slab_size"):
+        mr.VmmPoolMemoryResource(slab_size=0)
+    with pytest.raises(gpumem.OutOfMemoryError, match="maximum_physical_size"):
+        capped = mr.VmmPoolMemoryResource(slab_size=2 << 20, maximum_physical_size=4 << 20)
+        capped.allocate(8 << 20)

@@ -38,10 +38,12 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
   expects(options.slab_size > 0, "slab_size is 0");
   std::size_t const granularity = provider_->granularity();
   std::size_t const slab = round_up(options.slab_size, granularity);
+  if (options.reservation_size) {
+    expects(*options.reservation_size >= slab, "reservation_size " + std::to_string(*options.reservation_size) +
+                                                 " is smaller than one slab (" + std::to_string(slab) + " bytes)");
+  }
   std::size_t const reservation =
     round_up(options.reservation_size.value_or(4 * std::max(provider_->mem_info().total, slab)), slab);
-  expects(reservation >= slab, "reservation_size " + std::to_string(reservation) + " is smaller than one slab (" +
-                                 std::to_string(slab) + " bytes)");
   if (maximum_physical_) {
     expects(*maximum_physical_ >= slab, "maximum_physical_size " + std::to_string(*maximum_physical_) +
                                           " is smaller than one slab (" + std::to_string(slab) + " bytes)");
@@ -95,10 +97,18 @@ std::optional<unsigned> vmm_pool_memory_resource::slot_of(cudaStream_t stream)
     if (!slot.in_use && free_slot == max_slots) { free_slot = i; }
   }
   if (free_slot == max_slots && slots_.size() >= max_slots) {
-    // Slots of destroyed streams come free once no free range carries their bit.
+    // All slots taken: the frees of slots whose event has completed are safe for every stream, so their
+    // bits leave the free ranges; then every slot whose bit no free range carries comes free (a later free
+    // on its stream takes a slot again).
+    detail::backend& be = detail::get_backend();
+    std::uint64_t done = 0;
+    for (unsigned i = 0; i < slots_.size(); ++i) {
+      if (slots_[i].recorded_since_free && be.event_query(slots_[i].event)) { done |= std::uint64_t{1} << i; }
+    }
+    heap_->forget_streams(done);
     std::uint64_t const carried = heap_->streams_in_use();
     for (unsigned i = 0; i < slots_.size(); ++i) {
-      if (slots_[i].thread == retired && (carried & (std::uint64_t{1} << i)) == 0) {
+      if ((carried & (std::uint64_t{1} << i)) == 0) {
         slots_[i].in_use = false;
         if (free_slot == max_slots) { free_slot = i; }
       }
@@ -156,7 +166,7 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
   std::lock_guard lock{mutex_};
   auto taken = heap_->take(*rounded);
   if (!taken) {
-    grow(*rounded, stream.value());
+    grow(bytes, *rounded);
     taken = heap_->take(*rounded);
     if (!taken) { fail(bytes, "internal error: no block after growing"); }
   }
@@ -221,88 +231,87 @@ void vmm_pool_memory_resource::stream_destroying(cudaStream_t stream) noexcept
   }
 }
 
-void vmm_pool_memory_resource::grow(std::size_t bytes, cudaStream_t stream)
+void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
 {
   auto plan = heap_->plan_growth(bytes);
-  if (!plan) { fail(bytes, "the reserved address range has no room for it"); }
+  if (!plan) { fail(requested, "the reserved address range has no room for it"); }
   std::size_t const slab = heap_->slab_size();
   std::size_t const physical = heap_->backed_bytes();
   std::size_t const still_needed = plan->slabs - std::min(plan->slabs, plan->movable.size());
   if (maximum_physical_ && physical + still_needed * slab > *maximum_physical_) {
-    fail(bytes, "it would take the physical memory to " + format_bytes(physical + still_needed * slab) +
-                  ", over the maximum_physical_size of " + format_bytes(*maximum_physical_));
+    fail(requested, "it would take the physical memory to " + format_bytes(physical + still_needed * slab) +
+                      ", over the maximum_physical_size of " + format_bytes(*maximum_physical_));
   }
-  (void)stream;
-  // Move wholly free slabs: unmap them (after their streams' work) and keep their physical memory.
+  // Move wholly free slabs: unmap them (after their streams' work) and keep their physical memory. Every
+  // wholly free slab outside the ranges the growth extends is in plan->movable (up to what it needs), so
+  // when a creation below fails, the pool holds no other memory it could give back first.
   std::vector<physical_handle> spare;
-  for (std::uintptr_t const address : plan->movable) {
-    auto const [handle, streams] = heap_->unback(address);
-    try {
-      wait_on_host(streams);
-    } catch (...) {
-      heap_->back(address, handle);
-      for (physical_handle const h : spare) { provider_->release(h), ++released_; }
-      throw;
+  std::vector<std::uintptr_t> backed_here;
+  // On failure: the slabs backed here go back to the device (nothing uses them yet), and so do the spare
+  // handles; the pool is as before minus the moved slabs' physical memory.
+  auto undo = [&]() noexcept {
+    for (std::uintptr_t const address : backed_here) {
+      try {
+        physical_handle const handle = heap_->unback(address).first;
+        provider_->unmap(address, slab);
+        provider_->release(handle);
+        ++released_;
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the slab stays as free memory of the pool
+      }
     }
-    provider_->unmap(address, slab);
-    spare.push_back(handle);
-  }
-  // Back the chosen place, slab by slab. A failure leaves the slabs mapped so far as free memory (the
-  // pool stays consistent), releases the spare handles and reports.
-  auto release_spares = [&] {
     for (physical_handle const h : spare) {
       provider_->release(h);
       ++released_;
     }
     spare.clear();
   };
-  for (std::size_t i = 0; i < plan->slabs; ++i) {
-    std::uintptr_t const address = plan->address + i * slab;
-    physical_handle handle = 0;
-    bool const moved = !spare.empty();
-    try {
+  try {
+    for (std::uintptr_t const address : plan->movable) {
+      auto const [handle, streams] = heap_->unback(address);
+      try {
+        wait_on_host(streams);
+      } catch (...) {
+        heap_->back(address, handle);
+        throw;
+      }
+      provider_->unmap(address, slab);
+      spare.push_back(handle);
+    }
+    for (std::size_t i = 0; i < plan->slabs; ++i) {
+      std::uintptr_t const address = plan->address + i * slab;
+      bool const moved = !spare.empty();
+      physical_handle handle = 0;
       if (moved) {
         handle = spare.back();
         spare.pop_back();
       } else {
         handle = provider_->create(slab);
-        if (handle == 0) {
-          // The device is full: give back every other wholly free slab, and try once more.
-          std::vector<std::uintptr_t> others;
-          for (std::uintptr_t const s : heap_->wholly_free_slabs()) {
-            if (s < plan->address || s >= plan->address + plan->slabs * slab) { others.push_back(s); }
-          }
-          if (!others.empty()) { release_slabs(others); }
-          handle = provider_->create(slab);
-        }
-        if (handle == 0) {
-          release_spares();
-          fail(bytes, "the device has no memory for another slab of " + format_bytes(slab));
-        }
+        if (handle == 0) { fail(requested, "the device has no memory for another slab of " + format_bytes(slab)); }
         ++created_;
       }
-      provider_->map(address, slab, handle);
-    } catch (...) {
-      if (handle != 0) {
+      try {
+        provider_->map(address, slab, handle);
+      } catch (...) {
         provider_->release(handle);
         ++released_;
+        throw;
       }
-      release_spares();
-      throw;
+      try {
+        heap_->back(address, handle);
+      } catch (...) {
+        provider_->unmap(address, slab);
+        provider_->release(handle);
+        ++released_;
+        throw;
+      }
+      backed_here.push_back(address);
+      if (moved) { ++moved_; }
+      peak_physical_ = std::max(peak_physical_, heap_->backed_bytes() + spare.size() * slab);
     }
-    try {
-      heap_->back(address, handle);
-    } catch (...) {
-      provider_->unmap(address, slab);
-      provider_->release(handle);
-      ++released_;
-      release_spares();
-      throw;
-    }
-    if (moved) { ++moved_; }
-    peak_physical_ = std::max(peak_physical_, heap_->backed_bytes() + spare.size() * slab);
+  } catch (...) {
+    undo();
+    throw;
   }
-  release_spares();
 }
 
 std::size_t vmm_pool_memory_resource::release_slabs(std::vector<std::uintptr_t> const& slabs)
@@ -340,8 +349,8 @@ void vmm_pool_memory_resource::fail(std::size_t bytes, std::string_view why)
                         format_bytes(heap_->largest_free_range()) + ")";
   memory_info const info = provider_->mem_info();
   throw out_of_memory("vmm_pool_memory_resource (" + provider_->describe() + "): cannot allocate " +
-                      format_bytes(bytes) + ": " + details + "; device free " + format_bytes(info.free) + " of " +
-                      format_bytes(info.total));
+                      format_bytes(bytes) + ": " + details + "; device free " + format_bytes(info.free) +
+                      ", total " + format_bytes(info.total));
 }
 
 std::size_t vmm_pool_memory_resource::slab_size() const noexcept { return heap_->slab_size(); }

@@ -230,8 +230,9 @@ TEST(replay, timeline_samples_live_and_upstream_bytes_and_times_every_operation)
 
 TEST(replay_resource, lists_the_resources_and_rejects_unknown_names)
 {
-  EXPECT_EQ(replay_resource_names(), "pool, arena, binning, cuda_async, cuda");
-  EXPECT_EQ(replay_resource_names(true), "pool, arena, binning");
+  EXPECT_EQ(replay_resource_names(), "pool, vmm, arena, binning, cuda_async, cuda");
+  EXPECT_EQ(replay_resource_names(true), "pool, vmm, arena, binning");
+  EXPECT_TRUE(find_replay_resource("vmm")->simulatable);
   ASSERT_NE(find_replay_resource("binning"), nullptr);
   EXPECT_TRUE(find_replay_resource("binning")->simulatable);
   EXPECT_FALSE(find_replay_resource("cuda")->simulatable);
@@ -240,7 +241,7 @@ TEST(replay_resource, lists_the_resources_and_rejects_unknown_names)
     (void)make_replay_resource("tlsf");
     FAIL();
   } catch (logic_error const& e) {
-    EXPECT_NE(std::string{e.what()}.find("unknown replay resource 'tlsf'; known resources: pool, arena"),
+    EXPECT_NE(std::string{e.what()}.find("unknown replay resource 'tlsf'; known resources: pool, vmm, arena"),
               std::string::npos)
       << e.what();
   }
@@ -253,7 +254,7 @@ TEST(replay_resource, cuda_resources_cannot_be_simulated)
       (void)make_replay_resource(name, {.simulate = true});
       FAIL() << name;
     } catch (logic_error const& e) {
-      EXPECT_NE(std::string{e.what()}.find("cannot run over a simulated upstream; resources that can: pool, arena, binning"),
+      EXPECT_NE(std::string{e.what()}.find("cannot run over a simulated upstream; resources that can: pool, vmm, arena, binning"),
                 std::string::npos)
         << e.what();
     }

@@ -15,9 +15,9 @@
  * Growth: when no free range holds a request, the pool backs the place that needs the fewest new slabs
  * (often right after the free range at the top, so a 500 MiB request over a 300 MiB free top range maps
  * 200 MiB). It first unmaps wholly free slabs elsewhere and maps their physical memory there; only what is
- * still missing is created. If the device has no memory left, every other wholly free slab is released
- * and the creation retried once; then gpumem::out_of_memory names the request, the pool's state and the
- * device's free and total memory.
+ * still missing is created. When the device has no memory for it (or maximum_physical_size forbids it),
+ * the slabs backed for this request go back to the device and gpumem::out_of_memory names the request,
+ * the pool's state and the device's free and total memory.
  *
  * Shrinking: release_unused() unmaps and releases every wholly free slab (the device's free memory rises
  * by that much); the destructor releases everything. Physical memory of a slab is unmapped only after the
@@ -36,7 +36,8 @@
  * the freeing thread can name that stream). Destroying a stream that freed memory here is safe when the
  * stream is a gpumem::cuda_stream or mr::before_stream_destroy is called for it first: the pool then
  * records its event and stops associating the handle with those blocks. Up to 63 streams are tracked at
- * once; a deallocation on any further stream synchronises that stream first.
+ * once; when all are taken, the slots whose frees have completed (an event query) come free, and only
+ * when none has does a deallocation on a further stream synchronise that stream first.
  *
  * Device: the pool belongs to the device that is current at its construction (or the provider's); use it
  * with that device current.
@@ -69,7 +70,8 @@ struct vmm_pool_options {
   /// Bytes of physical memory per slab, rounded up to the device's granularity (2 MiB on Hopper). Smaller
   /// slabs waste less at the peak and cost more calls to grow (docs/PERFORMANCE.md measured 32 MiB).
   std::size_t slab_size{std::size_t{32} << 20};
-  /// Bytes of virtual address space to reserve; none: four times the device's total memory.
+  /// Bytes of virtual address space to reserve (at least one slab; rounded up to slabs); none: four times
+  /// the device's total memory.
   std::optional<std::size_t> reservation_size{};
   /// The most physical memory the pool may hold; none: no cap but the device's.
   std::optional<std::size_t> maximum_physical_size{};
@@ -149,8 +151,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   void order_after(std::uint64_t mask, std::optional<unsigned> own, cudaStream_t stream);
   /// The host waits for the frees of every slot in `mask`. Lock held.
   void wait_on_host(std::uint64_t mask);
-  /// Backs enough slabs for `bytes` (see the file comment). Lock held. @throws out_of_memory, cuda_error.
-  void grow(std::size_t bytes, cudaStream_t stream);
+  /// Backs enough slabs for `bytes` (`requested` rounded up; see the file comment); on failure gives back
+  /// what it backed. Lock held. @throws out_of_memory naming `requested`, cuda_error.
+  void grow(std::size_t requested, std::size_t bytes);
   /// Unmaps and releases the wholly free slabs in `slabs` (after their streams). Lock held. @return bytes.
   std::size_t release_slabs(std::vector<std::uintptr_t> const& slabs);
   [[noreturn]] void fail(std::size_t bytes, std::string_view why);

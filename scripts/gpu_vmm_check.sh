@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Issue 7 on the GPU machine: build (release, sm_90), the whole ctest suite, compute-sanitizer memcheck of the
+# VMM tests on the cuda backend, and the fragmentation figures of docs/PERFORMANCE.md: `gpumem replay` of
+# the four PyTorch logs in data/logs against pool, vmm and cuda_async, three times (medians in the docs),
+# plus vmm at 16 and 64 MiB slabs. Logs go to "${OUT:-/tmp/gpumem-out}" (ctest.log, memcheck.log,
+# replay-N.csv, slabs.csv, build.log); a summary ends the output.
+#
+#   bash scripts/gpu_vmm_check.sh
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out=${OUT:-/tmp/gpumem-out}; mkdir -p "$out"
+build=build/gpu
+unset GPUMEM_BACKEND
+summary=()
+step() {  # step NAME LOG CMD...
+  local name=$1 log=$2 start=$SECONDS; shift 2
+  printf '\n==== %s: %s\n' "$name" "$*" >>"$out/$log"
+  "$@" >>"$out/$log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-22s %-8s %4ss' "$name" "$([[ $rc == 0 ]] && echo PASS || echo "FAIL($rc)")" $((SECONDS - start)))")
+  return $rc
+}
+step configure build.log cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DGPUMEM_BUILD_TESTS=ON -DGPUMEM_BUILD_CLI=ON -DGPUMEM_BUILD_PYTHON=ON -DGPUMEM_WARNINGS_AS_ERRORS=OFF
+step build build.log cmake --build "$build" --parallel "$(nproc)" || { tail -40 "$out/build.log"; exit 1; }
+nvidia-smi -L >>"$out/build.log" 2>&1
+step ctest ctest.log ctest --test-dir "$build" --output-on-failure -j 4 --timeout 600
+grep -E "tests passed|tests failed|Failed|\(Failed\)|\(SKIP" "$out/ctest.log" | tail -15
+san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+step memcheck-vmm memcheck.log env GPUMEM_BACKEND=cuda "$san" --tool memcheck --leak-check full --error-exitcode 1 \
+  --report-api-errors no "$build/tests/gpumem_tests" --gtest_filter='*vmm*:*virtual_heap*'
+tail -5 "$out/memcheck.log"
+logs=(data/logs/pytorch_resnet50_train.csv.gz data/logs/pytorch_gpt_train.csv.gz data/logs/pytorch_unet_train.csv.gz
+      data/logs/pytorch_llm_generate.csv.gz)
+for i in 1 2 3; do
+  step "replay $i" "replay-$i.csv" env GPUMEM_BACKEND=cuda "$build/cli/gpumem" replay --csv --resource pool,vmm,cuda_async "${logs[@]}"
+done
+for mib in 16 64; do
+  step "replay slab $mib" slabs.csv env GPUMEM_BACKEND=cuda "$build/cli/gpumem" replay --csv --resource vmm --slab-mib "$mib" "${logs[@]}"
+done
+cat "$out"/replay-1.csv
+printf '%s\n' "${summary[@]}"

@@ -1,0 +1,868 @@
+// vmm_pool_memory_resource: the conformance battery (on the backend's provider, alone and under a
+// pool_memory_resource), then its own behaviour: bad options, growth and shrink of the device's memory,
+// coalescing across growths, top growth that maps only the shortfall, moving wholly free slabs instead of
+// creating, failure injection in create and map (simulated_vmm_provider), the physical cap, stream ordering,
+// a random multi-stream sequence with patterns, four threads, and the ResNet-50 trace at 80 GiB scale.
+#include "conformance/resource_battery.hpp"
+#include "replay/log_files.hpp"
+#include "support/gate.hpp"
+#include "support/memory_checks.hpp"
+#include "support/sub_allocator_checks.hpp"
+
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/cuda_stream.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/mr/detail/align.hpp>
+#include <gpumem/mr/pool_memory_resource.hpp>
+#include <gpumem/mr/virtual_memory_provider.hpp>
+#include <gpumem/mr/vmm_pool_memory_resource.hpp>
+#include <gpumem/replay/allocation_log.hpp>
+#include <gpumem/replay/replay.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace gpumem::test {
+namespace {
+
+using mr::simulated_vmm_provider;
+using mr::vmm_pool_memory_resource;
+using mr::vmm_pool_options;
+
+constexpr std::size_t granule = 2 * MiB;  // the simulated provider's granularity, and the host backend's
+
+vmm_pool_options slabs_of(std::size_t slab_size, std::optional<std::size_t> reservation = std::nullopt)
+{
+  vmm_pool_options options;
+  options.slab_size = slab_size;
+  options.reservation_size = reservation;
+  return options;
+}
+
+/// A provider that forwards to a simulated_vmm_provider the test owns, so that its counters can be read after
+/// the pool (which owns its provider) is gone.
+class borrowed_provider final : public mr::virtual_memory_provider {
+ public:
+  explicit borrowed_provider(simulated_vmm_provider& inner) : inner_{inner} {}
+  [[nodiscard]] std::string describe() const override { return inner_.describe(); }
+  [[nodiscard]] int device() const noexcept override { return inner_.device(); }
+  [[nodiscard]] std::size_t granularity() const noexcept override { return inner_.granularity(); }
+  [[nodiscard]] memory_info mem_info() override { return inner_.mem_info(); }
+  [[nodiscard]] std::uintptr_t reserve(std::size_t bytes) override { return inner_.reserve(bytes); }
+  void unreserve(std::uintptr_t base, std::size_t bytes) noexcept override { inner_.unreserve(base, bytes); }
+  [[nodiscard]] mr::physical_handle create(std::size_t bytes) override { return inner_.create(bytes); }
+  void release(mr::physical_handle handle) noexcept override { inner_.release(handle); }
+  void map(std::uintptr_t address, std::size_t bytes, mr::physical_handle handle) override
+  {
+    inner_.map(address, bytes, handle);
+  }
+  void unmap(std::uintptr_t address, std::size_t bytes) noexcept override { inner_.unmap(address, bytes); }
+
+ private:
+  simulated_vmm_provider& inner_;
+};
+
+std::unique_ptr<mr::virtual_memory_provider> borrow(simulated_vmm_provider& provider)
+{
+  return std::make_unique<borrowed_provider>(provider);
+}
+
+/// The pool's books agree with the provider's: every handle it holds is mapped once, none leaked, no misuse.
+::testing::AssertionResult books_balance(vmm_pool_memory_resource const& pool, simulated_vmm_provider const& provider)
+{
+  try {
+    pool.check_invariants();
+  } catch (logic_error const& e) {
+    return ::testing::AssertionFailure() << e.what();
+  }
+  if (provider.physical_bytes() != pool.physical_bytes() || provider.mapped_bytes() != pool.physical_bytes() ||
+      provider.misuse_count() != 0) {
+    return ::testing::AssertionFailure() << "pool physical " << pool.physical_bytes() << ", provider physical "
+                                         << provider.physical_bytes() << ", mapped " << provider.mapped_bytes()
+                                         << ", misuse " << provider.misuse_count();
+  }
+  if (pool.physical_bytes() != pool.slab_count() * pool.slab_size()) {
+    return ::testing::AssertionFailure() << "physical " << pool.physical_bytes() << " != " << pool.slab_count()
+                                         << " slabs of " << pool.slab_size();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::uintptr_t address_of(void const* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+// ---- the battery --------------------------------------------------------------------------------------------
+
+struct vmm_factory {
+  static std::unique_ptr<mr::device_memory_resource> make()
+  {
+    return std::make_unique<vmm_pool_memory_resource>(slabs_of(4 * MiB));
+  }
+  static constexpr char const* name = "vmm_pool_memory_resource";
+  static constexpr bool oversubscription_safe = true;
+};
+
+/// pool_memory_resource over a vmm pool, as upstream RMM stacks its pool over any resource.
+class pool_over_vmm final : public mr::device_memory_resource {
+ public:
+  pool_over_vmm() : vmm_{slabs_of(4 * MiB)}, pool_{&vmm_} {}
+
+ private:
+  void* do_allocate(std::size_t bytes, cuda_stream_view stream) override { return pool_.allocate(bytes, stream); }
+  void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override
+  {
+    pool_.deallocate(ptr, bytes, stream);
+  }
+  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override { return this == &other; }
+
+  vmm_pool_memory_resource vmm_;
+  mr::pool_memory_resource pool_;
+};
+
+struct pool_over_vmm_factory {
+  static std::unique_ptr<mr::device_memory_resource> make() { return std::make_unique<pool_over_vmm>(); }
+  static constexpr char const* name = "pool_memory_resource";
+  static constexpr bool oversubscription_safe = true;
+};
+
+}  // namespace
+
+INSTANTIATE_TYPED_TEST_SUITE_P(vmm_pool_memory_resource, resource_battery, vmm_factory);
+INSTANTIATE_TYPED_TEST_SUITE_P(pool_over_vmm_pool_memory_resource, resource_battery, pool_over_vmm_factory);
+
+namespace {
+
+// ---- construction ---------------------------------------------------------------------------------------------
+
+TEST(vmm_pool_memory_resource, bad_options_are_logic_errors_naming_them)
+{
+  simulated_vmm_provider provider;
+  auto expect_rejected = [&](vmm_pool_options const& options, std::string const& part) {
+    try {
+      vmm_pool_memory_resource pool{borrow(provider), options};
+      ADD_FAILURE() << "accepted options that should name '" << part << "'";
+    } catch (logic_error const& e) {
+      EXPECT_NE(std::string{e.what()}.find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_rejected(slabs_of(0), "slab_size");
+  expect_rejected(slabs_of(4 * MiB, 0), "reservation_size");
+  vmm_pool_options capped = slabs_of(4 * MiB);
+  capped.maximum_physical_size = 2 * MiB;
+  expect_rejected(capped, "maximum_physical_size");
+  EXPECT_THROW(vmm_pool_memory_resource(nullptr, slabs_of(4 * MiB)), logic_error);
+  EXPECT_EQ(provider.physical_bytes(), 0U);
+  EXPECT_EQ(provider.misuse_count(), 0U);
+  vmm_pool_options peers;
+  peers.peer_devices = {9999};
+  EXPECT_THROW(vmm_pool_memory_resource{peers}, logic_error) << "a peer device that does not exist";
+}
+
+TEST(vmm_pool_memory_resource, a_reservation_smaller_than_a_slab_is_a_logic_error)
+{
+  simulated_vmm_provider provider;
+  try {
+    vmm_pool_memory_resource pool{borrow(provider), slabs_of(4 * MiB, 1 * MiB)};
+    FAIL() << "a reservation of 1 MiB for slabs of 4 MiB was accepted (reservation_size() = "
+           << pool.reservation_size() << ")";
+  } catch (logic_error const& e) {
+    EXPECT_NE(std::string{e.what()}.find("reservation_size"), std::string::npos) << e.what();
+  }
+}
+
+TEST(vmm_pool_memory_resource, rounds_the_slab_to_the_granularity_and_reserves_four_times_the_device)
+{
+  simulated_vmm_provider provider{80 * GiB};
+  {
+    vmm_pool_memory_resource pool{borrow(provider), slabs_of(3 * MiB)};
+    EXPECT_EQ(pool.slab_size(), 4 * MiB);
+    EXPECT_EQ(pool.reservation_size(), 320 * GiB);
+    EXPECT_EQ(pool.physical_bytes(), 0U);
+    EXPECT_EQ(pool.slab_count(), 0U);
+    EXPECT_EQ(pool.bytes_in_use(), 0U);
+    EXPECT_EQ(pool.free_bytes(), 0U);
+    EXPECT_EQ(provider.create_calls(), 0U) << "nothing is created before the first allocation";
+    EXPECT_EQ(pool.provider().describe(), "simulated");
+    void* p = pool.allocate(1000);
+    EXPECT_TRUE(detail::is_aligned(p, detail::allocation_alignment));
+    EXPECT_EQ(address_of(p) % pool.slab_size(), 0U) << "the heap's base is aligned to the slab size";
+    EXPECT_EQ(pool.bytes_in_use(), 1024U);
+    EXPECT_EQ(pool.physical_bytes(), 4 * MiB);
+    EXPECT_TRUE(books_balance(pool, provider));
+    (void)pool.allocate(3 * MiB);  // outstanding at destruction on purpose
+  }
+  EXPECT_EQ(provider.physical_bytes(), 0U) << "the destructor must release every slab";
+  EXPECT_EQ(provider.mapped_bytes(), 0U);
+  EXPECT_EQ(provider.misuse_count(), 0U) << "unmapped, released and unreserved in the right order";
+}
+
+TEST(vmm_pool_memory_resource, is_equal_only_to_itself)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource a{borrow(provider), slabs_of(granule)};
+  vmm_pool_memory_resource b{borrow(provider), slabs_of(granule)};
+  EXPECT_TRUE(a.is_equal(a));
+  EXPECT_FALSE(a.is_equal(b));
+}
+
+// ---- growth and shrink on the backend's provider ----------------------------------------------------------------
+
+TEST(vmm_pool_memory_resource, grows_and_shrinks_the_devices_free_memory)
+{
+  constexpr std::size_t n = 4;
+  constexpr std::size_t block = 64 * MiB;
+  constexpr std::size_t noise = 64 * MiB;  // a real GPU's free memory moves by a few MiB on its own
+  vmm_pool_memory_resource pool{slabs_of(4 * MiB)};
+  std::size_t const free_before = pool.provider().mem_info().free;
+  backend_stream stream;
+  std::vector<void*> blocks;
+  for (std::size_t i = 0; i < n; ++i) { blocks.push_back(pool.allocate(block, stream.get())); }
+  std::size_t const physical = pool.physical_bytes();
+  EXPECT_GE(physical, n * block);
+  EXPECT_LE(physical, n * block + pool.slab_size());
+  EXPECT_EQ(pool.peak_physical_bytes(), physical);
+  std::size_t const free_during = pool.provider().mem_info().free;
+  ASSERT_LT(free_during, free_before);
+  EXPECT_GE(free_before - free_during + noise, physical) << "the device's free memory did not fall by the slabs";
+  EXPECT_LE(free_before - free_during, physical + noise);
+  // The memory is really there: 8 MiB across the boundary of the last two blocks (and two slabs).
+  void* const seam = static_cast<char*>(blocks.back()) - 4 * MiB;
+  write_pattern(seam, 8 * MiB, 3, stream.get());
+  EXPECT_TRUE(has_pattern(seam, 8 * MiB, 3, stream.get()));
+  for (void* p : blocks) { pool.deallocate(p, block, stream.get()); }
+  EXPECT_EQ(pool.physical_bytes(), physical) << "freeing alone keeps the slabs";
+  std::size_t const released = pool.release_unused();
+  EXPECT_EQ(released, physical);
+  EXPECT_EQ(pool.physical_bytes(), 0U);
+  EXPECT_EQ(pool.slab_count(), 0U);
+  EXPECT_EQ(pool.slabs_released(), physical / pool.slab_size());
+  std::size_t const free_after = pool.provider().mem_info().free;
+  EXPECT_GE(free_after + noise, free_during + released) << "release_unused did not give the memory back";
+  EXPECT_EQ(pool.peak_physical_bytes(), physical);
+  pool.check_invariants();
+  // And it grows again.
+  void* p = pool.allocate(block, stream.get());
+  void* const end = static_cast<char*>(p) + block - 8 * MiB;
+  write_pattern(end, 8 * MiB, 4, stream.get());
+  EXPECT_TRUE(has_pattern(end, 8 * MiB, 4, stream.get()));
+  pool.deallocate(p, block, stream.get());
+}
+
+TEST(vmm_pool_memory_resource, free_ranges_coalesce_across_growths)
+{
+  constexpr std::size_t count = 7;
+  constexpr std::size_t block = 3 * MiB;
+  vmm_pool_memory_resource pool{slabs_of(granule)};  // 2 MiB slabs: each 3 MiB block needs a growth
+  cuda_stream s1{cuda_stream::flags::non_blocking};
+  cuda_stream s2{cuda_stream::flags::non_blocking};
+  std::vector<void*> blocks;
+  std::size_t growths = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    std::size_t const created = pool.slabs_created();
+    blocks.push_back(pool.allocate(block, i % 2 == 0 ? s1.view() : s2.view()));
+    growths += pool.slabs_created() > created ? 1 : 0;
+    if (i > 0) { EXPECT_EQ(address_of(blocks[i]), address_of(blocks[i - 1]) + block) << "block " << i; }
+  }
+  EXPECT_GE(growths, count - 1) << "the test needs a growth for (nearly) every block";
+  std::size_t const created = pool.slabs_created();
+  std::size_t const physical = pool.physical_bytes();
+  for (std::size_t i = 0; i < count; ++i) { pool.deallocate(blocks[i], block, i % 3 == 0 ? s1.view() : s2.view()); }
+  EXPECT_EQ(pool.largest_free_block(), physical) << "the growths' free ranges did not coalesce into one";
+  pool.check_invariants();
+  void* all = pool.allocate(count * block, s1.view());
+  EXPECT_EQ(all, blocks.front());
+  EXPECT_EQ(pool.slabs_created(), created) << "the coalesced range should have served it without a new slab";
+  EXPECT_EQ(pool.physical_bytes(), physical);
+  write_pattern(all, count * block, 9, s1.value());  // contiguous across every slab boundary
+  EXPECT_TRUE(has_pattern(all, count * block, 9, s1.value()));
+  pool.deallocate(all, count * block, s1.view());
+  pool.check_invariants();
+}
+
+TEST(vmm_pool_memory_resource, top_growth_maps_only_the_shortfall)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  void* x = pool.allocate(100 * MiB);
+  void* y = pool.allocate(300 * MiB);
+  EXPECT_EQ(address_of(y), address_of(x) + 100 * MiB);
+  pool.deallocate(y, 300 * MiB);  // 300 MiB free at the top
+  std::size_t const creates = provider.create_calls();
+  std::size_t const maps = provider.map_calls();
+  void* z = pool.allocate(500 * MiB);
+  EXPECT_EQ(z, y) << "the block should start in the free range at the top";
+  EXPECT_EQ(provider.create_calls() - creates, 100U) << "500 MiB over 300 MiB free needs 200 MiB: 100 slabs";
+  EXPECT_EQ(provider.map_calls() - maps, 100U);
+  EXPECT_EQ(pool.physical_bytes(), 600 * MiB);
+  EXPECT_EQ(pool.free_bytes(), 0U);
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(z, 500 * MiB);
+  pool.deallocate(x, 100 * MiB);
+  EXPECT_EQ(pool.largest_free_block(), 600 * MiB);
+  EXPECT_TRUE(books_balance(pool, provider));
+}
+
+// ---- moving wholly free slabs ------------------------------------------------------------------------------------
+
+TEST(vmm_pool_memory_resource, wholly_free_slabs_in_the_middle_move_instead_of_new_slabs_being_created)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  std::vector<void*> blocks;  // one slab each
+  for (int i = 0; i < 5; ++i) { blocks.push_back(pool.allocate(granule)); }
+  pool.deallocate(blocks[1], granule);
+  pool.deallocate(blocks[3], granule);  // two wholly free slabs, apart: neither holds 4 MiB
+  std::size_t const physical = pool.physical_bytes();
+  std::size_t const creates = provider.create_calls();
+  std::size_t const maps = provider.map_calls();
+  std::size_t const unmaps = provider.unmap_calls();
+  void* p = pool.allocate(2 * granule);
+  EXPECT_EQ(address_of(p), address_of(blocks[4]) + granule) << "the growth goes above the top slab";
+  EXPECT_EQ(pool.slabs_moved(), 2U);
+  EXPECT_EQ(provider.create_calls(), creates) << "physical memory was created although two slabs were free";
+  EXPECT_EQ(provider.unmap_calls() - unmaps, 2U);
+  EXPECT_EQ(provider.map_calls() - maps, 2U);
+  EXPECT_EQ(pool.physical_bytes(), physical);
+  EXPECT_EQ(pool.peak_physical_bytes(), physical) << "moving must not count the memory twice";
+  EXPECT_EQ(pool.slab_count(), 5U);
+  EXPECT_EQ(pool.free_bytes(), 0U);
+  EXPECT_TRUE(books_balance(pool, provider));
+  // One wholly free slab next to a one-slab gap: the gap is filled (one new slab), nothing moves.
+  pool.deallocate(blocks[0], granule);
+  void* q = pool.allocate(2 * granule);
+  EXPECT_EQ(q, blocks[0]);
+  EXPECT_EQ(provider.create_calls(), creates + 1);
+  EXPECT_EQ(pool.slabs_moved(), 2U);
+  EXPECT_TRUE(books_balance(pool, provider));
+  for (auto [b, bytes] : {std::pair{q, 2 * granule}, {blocks[2], granule}, {blocks[4], granule}, {p, 2 * granule}}) {
+    pool.deallocate(b, bytes);
+  }
+  EXPECT_EQ(pool.release_unused(), physical + granule);
+  EXPECT_TRUE(books_balance(pool, provider));
+  EXPECT_EQ(provider.physical_bytes(), 0U);
+}
+
+TEST(vmm_pool_memory_resource, moved_slabs_hold_memory_on_the_backend_and_other_blocks_keep_theirs)
+{
+  vmm_pool_memory_resource pool{slabs_of(granule)};
+  backend_stream stream;
+  std::vector<void*> blocks;
+  for (std::uint32_t i = 0; i < 5; ++i) {
+    blocks.push_back(pool.allocate(granule, stream.get()));
+    write_pattern(blocks.back(), granule, i + 1, stream.get());
+  }
+  pool.deallocate(blocks[1], granule, stream.get());
+  pool.deallocate(blocks[3], granule, stream.get());
+  std::size_t const physical = pool.physical_bytes();
+  std::size_t const device_free = pool.provider().mem_info().free;
+  void* p = pool.allocate(2 * granule, stream.get());
+  EXPECT_EQ(pool.slabs_moved(), 2U);
+  EXPECT_EQ(pool.physical_bytes(), physical);
+  if (on_host_backend()) { EXPECT_EQ(pool.provider().mem_info().free, device_free) << "moving created memory"; }
+  write_pattern(p, 2 * granule, 50, stream.get());
+  EXPECT_TRUE(has_pattern(p, 2 * granule, 50, stream.get()));
+  for (std::uint32_t const i : {0U, 2U, 4U}) {
+    EXPECT_TRUE(has_pattern(blocks[i], granule, i + 1, stream.get())) << "block " << i;
+  }
+  pool.deallocate(p, 2 * granule, stream.get());
+  for (std::uint32_t const i : {0U, 2U, 4U}) { pool.deallocate(blocks[i], granule, stream.get()); }
+  EXPECT_EQ(pool.release_unused(), physical);
+  EXPECT_EQ(pool.physical_bytes(), 0U);
+}
+
+// ---- failures ---------------------------------------------------------------------------------------------------
+
+TEST(vmm_pool_memory_resource, a_create_failure_is_out_of_memory_and_the_pool_works_again_after)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  void* a = pool.allocate(granule);
+  provider.fail_create_after(3);
+  constexpr std::size_t request = 10 * granule + 1024;
+  try {
+    void* p = pool.allocate(request);
+    pool.deallocate(p, request);
+    FAIL() << "the allocation succeeded although create failed";
+  } catch (out_of_memory const& e) {
+    std::string const what = e.what();
+    EXPECT_NE(what.find("vmm_pool_memory_resource"), std::string::npos) << what;
+    EXPECT_NE(what.find(std::to_string(request)), std::string::npos) << what;
+    EXPECT_NE(what.find("no memory"), std::string::npos) << what;
+  }
+  EXPECT_TRUE(books_balance(pool, provider));
+  EXPECT_EQ(pool.bytes_in_use(), granule);
+  EXPECT_EQ(pool.physical_bytes(), granule) << "the three slabs created for the failed request go back to the device";
+  provider.clear_failures();
+  void* b = pool.allocate(request);
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(b, request);
+  pool.deallocate(a, granule);
+  (void)pool.release_unused();
+  EXPECT_EQ(provider.physical_bytes(), 0U);
+  EXPECT_TRUE(books_balance(pool, provider));
+}
+
+TEST(vmm_pool_memory_resource, a_map_failure_is_a_cuda_error_and_leaks_no_handle)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  provider.fail_map_after(2);
+  try {
+    void* p = pool.allocate(5 * granule);
+    pool.deallocate(p, 5 * granule);
+    FAIL() << "the allocation succeeded although map failed";
+  } catch (cuda_error const& e) {
+    EXPECT_NE(std::string{e.what()}.find("cuMemMap"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(books_balance(pool, provider)) << "the handle whose mapping failed must be released";
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+  EXPECT_EQ(provider.release_calls(), 3U) << "the handle whose mapping failed and the two slabs backed before it";
+  EXPECT_EQ(pool.physical_bytes(), 0U);
+  provider.clear_failures();
+  void* p = pool.allocate(5 * granule);
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(p, 5 * granule);
+  (void)pool.release_unused();
+  EXPECT_EQ(provider.physical_bytes(), 0U);
+}
+
+TEST(vmm_pool_memory_resource, a_map_failure_while_moving_releases_the_moved_memory)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  std::vector<void*> blocks;
+  for (int i = 0; i < 5; ++i) { blocks.push_back(pool.allocate(granule)); }
+  pool.deallocate(blocks[1], granule);
+  pool.deallocate(blocks[3], granule);
+  provider.fail_map_after(0);
+  EXPECT_THROW((void)pool.allocate(2 * granule), cuda_error);
+  EXPECT_TRUE(books_balance(pool, provider)) << "a slab unmapped to move must not be lost";
+  EXPECT_EQ(pool.slab_count(), 3U);
+  provider.clear_failures();
+  void* p = pool.allocate(2 * granule);
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(p, 2 * granule);
+  for (int const i : {0, 2, 4}) { pool.deallocate(blocks[static_cast<std::size_t>(i)], granule); }
+  EXPECT_TRUE(books_balance(pool, provider));
+}
+
+TEST(vmm_pool_memory_resource, the_physical_cap_is_out_of_memory_naming_it_but_moving_needs_no_new_memory)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_options options = slabs_of(granule);
+  options.maximum_physical_size = 4 * granule;
+  vmm_pool_memory_resource pool{borrow(provider), options};
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) { blocks.push_back(pool.allocate(granule)); }  // at the cap
+  try {
+    void* p = pool.allocate(granule);
+    pool.deallocate(p, granule);
+    FAIL() << "the pool went over its maximum_physical_size";
+  } catch (out_of_memory const& e) {
+    std::string const what = e.what();
+    EXPECT_NE(what.find(std::to_string(granule)), std::string::npos) << what;
+    EXPECT_NE(what.find("maximum_physical_size"), std::string::npos) << what;
+    EXPECT_NE(what.find(format_bytes(4 * granule)), std::string::npos) << what;
+  }
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(blocks[1], granule);  // one movable slab, but 4 MiB need two
+  EXPECT_THROW((void)pool.allocate(2 * granule), out_of_memory);
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(blocks[3], granule);  // the top slab is free: with slab 1 moved above it, 4 MiB fit
+  void* p = pool.allocate(2 * granule);
+  EXPECT_EQ(p, blocks[3]);
+  EXPECT_EQ(pool.physical_bytes(), 4 * granule);
+  EXPECT_EQ(pool.slabs_moved(), 1U);
+  EXPECT_LE(pool.peak_physical_bytes(), 4 * granule);
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(p, 2 * granule);
+  pool.deallocate(blocks[0], granule);
+  pool.deallocate(blocks[2], granule);
+}
+
+// The device is full and the only wholly free slab is the one the growth extends: no other slab can make
+// room, so the request fails as out of memory. Releasing that slab to retry the creation cannot help (the
+// growth then lacks exactly what it released): the pool should keep it and say that the device is full.
+TEST(vmm_pool_memory_resource, a_full_device_is_out_of_memory_saying_so_and_keeps_the_slab_it_would_extend)
+{
+  simulated_vmm_provider provider{3 * granule};
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  void* a = pool.allocate(granule);
+  void* b = pool.allocate(granule);
+  void* c = pool.allocate(granule);
+  pool.deallocate(c, granule);  // the top slab is wholly free
+  try {
+    void* p = pool.allocate(2 * granule);
+    pool.deallocate(p, 2 * granule);
+    FAIL() << "served 4 MiB on a device of 6 MiB with 4 MiB in use";
+  } catch (out_of_memory const& e) {
+    std::string const what = e.what();
+    EXPECT_EQ(what.find("internal error"), std::string::npos) << what;
+    EXPECT_NE(what.find("no memory"), std::string::npos) << what;
+  }
+  EXPECT_EQ(pool.slabs_released(), 0U) << "released the free slab that the growth extends";
+  EXPECT_TRUE(books_balance(pool, provider));
+  void* d = pool.allocate(granule);
+  EXPECT_EQ(d, c);
+  for (void* p : {a, b, d}) { pool.deallocate(p, granule); }
+}
+
+TEST(vmm_pool_memory_resource, a_request_larger_than_the_reservation_is_out_of_memory_at_once)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule, 64 * MiB)};
+  constexpr std::size_t request = 64 * MiB + 256;
+  try {
+    void* p = pool.allocate(request);
+    pool.deallocate(p, request);
+    FAIL() << "served more than the reservation";
+  } catch (out_of_memory const& e) {
+    EXPECT_NE(std::string{e.what()}.find(std::to_string(request)), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(provider.create_calls(), 0U);
+  void* p = pool.allocate(64 * MiB);  // exactly the reservation
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(p, 64 * MiB);
+}
+
+// DESIGN.md: the out-of-memory message names the requested size, i.e. the caller's, not the size rounded
+// up to 256 bytes.
+TEST(vmm_pool_memory_resource, out_of_memory_names_the_size_the_caller_asked_for)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_options options = slabs_of(granule);
+  options.maximum_physical_size = granule;
+  vmm_pool_memory_resource pool{borrow(provider), options};
+  void* a = pool.allocate(granule);
+  for (std::size_t const request : {std::size_t{1000}, 3 * granule + 1}) {
+    try {
+      void* p = pool.allocate(request);
+      pool.deallocate(p, request);
+      ADD_FAILURE() << "served " << request << " bytes over the cap";
+    } catch (out_of_memory const& e) {
+      EXPECT_NE(std::string{e.what()}.find(std::to_string(request)), std::string::npos) << e.what();
+    }
+  }
+  pool.deallocate(a, granule);
+}
+
+// ---- stream ordering ---------------------------------------------------------------------------------------------
+
+vmm_pool_options one_slab_only()
+{
+  vmm_pool_options options = slabs_of(granule);
+  options.maximum_physical_size = granule;
+  return options;
+}
+
+TEST(vmm_pool_memory_resource, a_block_freed_on_a_busy_stream_reaches_another_stream_only_after_that_work)
+{
+  vmm_pool_memory_resource pool{one_slab_only()};
+  expect_block_reaches_another_stream_only_after_pending_work(pool, granule);
+  pool.check_invariants();
+}
+
+TEST(vmm_pool_memory_resource, the_same_when_the_freeing_thread_has_ended)
+{
+  vmm_pool_memory_resource pool{one_slab_only()};
+  expect_block_reaches_another_stream_only_after_pending_work(pool, granule, {}, true);
+  pool.check_invariants();
+}
+
+// A wholly free slab whose stream still has work on it (held back by a gate) may move only after that work:
+// on the host backend an early unmap would make the pending memset fault.
+TEST(vmm_pool_memory_resource, moving_a_slab_waits_for_the_work_of_the_stream_that_freed_it)
+{
+  vmm_pool_memory_resource pool{slabs_of(granule)};
+  backend_stream a;
+  backend_stream b;
+  void* x = pool.allocate(granule, a.get());
+  void* y = pool.allocate(granule, a.get());
+  void* z = pool.allocate(granule, a.get());
+  gate held;
+  held.hold(a.get());
+  detail::get_backend().memset_async(y, 0xAA, granule, a.get());
+  pool.deallocate(y, granule, a.get());  // slab 1: wholly free, A's work pending
+  std::atomic<bool> done{false};
+  void* w = nullptr;
+  std::thread grower{[&] {
+    w = pool.allocate(2 * granule, b.get());  // moves slab 1 above slab 2
+    done.store(true);
+  }};
+  bool const early = eventually([&] { return done.load(); }, std::chrono::milliseconds{200});
+  held.release();
+  grower.join();
+  EXPECT_FALSE(early) << "the slab moved while the freeing stream's work was pending";
+  EXPECT_EQ(pool.slabs_moved(), 1U);
+  EXPECT_EQ(address_of(w), address_of(z) + granule);
+  detail::get_backend().stream_synchronize(a.get());
+  write_pattern(w, 2 * granule, 8, b.get());
+  EXPECT_TRUE(has_pattern(w, 2 * granule, 8, b.get()));
+  pool.deallocate(w, 2 * granule, b.get());
+  pool.deallocate(x, granule, a.get());
+  pool.deallocate(z, granule, a.get());
+  pool.check_invariants();
+}
+
+// release_unused() too: the slab's memory goes back to the device only after the freeing stream's work.
+TEST(vmm_pool_memory_resource, release_unused_waits_for_the_work_of_the_stream_that_freed_the_slab)
+{
+  vmm_pool_memory_resource pool{slabs_of(granule)};
+  backend_stream a;
+  void* x = pool.allocate(granule, a.get());
+  void* y = pool.allocate(granule, a.get());
+  gate held;
+  held.hold(a.get());
+  detail::get_backend().memset_async(y, 0xAA, granule, a.get());
+  pool.deallocate(y, granule, a.get());
+  std::atomic<bool> done{false};
+  std::size_t released = 0;
+  std::thread releaser{[&] {
+    released = pool.release_unused();
+    done.store(true);
+  }};
+  bool const early = eventually([&] { return done.load(); }, std::chrono::milliseconds{200});
+  held.release();
+  releaser.join();
+  EXPECT_FALSE(early) << "the slab was released while the freeing stream's work was pending";
+  EXPECT_EQ(released, granule);
+  EXPECT_EQ(pool.physical_bytes(), granule);
+  pool.deallocate(x, granule, a.get());
+  pool.check_invariants();
+}
+
+/// Whether deallocating on a stream whose work is held back returns without waiting for that work.
+bool free_returns_while_the_stream_is_held(vmm_pool_memory_resource& pool)
+{
+  cuda_stream x{cuda_stream::flags::non_blocking};
+  void* p = pool.allocate(MiB, x.view());
+  gate held;
+  held.hold(x.value());
+  std::atomic<bool> freed{false};
+  std::thread t{[&] {
+    pool.deallocate(p, MiB, x.view());
+    freed.store(true);
+  }};
+  bool const returned = eventually([&] { return freed.load(); }, std::chrono::milliseconds{500});
+  held.release();
+  t.join();
+  x.synchronize();
+  return returned;
+}
+
+// The pool tracks up to 63 streams "at once": streams that were destroyed must give their slots back, or a
+// program that makes short-lived streams ends up synchronising every free after the 63rd.
+TEST(vmm_pool_memory_resource, slots_of_destroyed_streams_are_reused)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  ASSERT_TRUE(free_returns_while_the_stream_is_held(pool)) << "a free on a tracked stream must not wait";
+  for (int i = 0; i < 70; ++i) {
+    cuda_stream s{cuda_stream::flags::non_blocking};
+    void* p = pool.allocate(MiB, s.view());
+    pool.deallocate(p, MiB, s.view());
+  }  // each stream is destroyed here (cuda_stream notifies the pool)
+  pool.check_invariants();
+  EXPECT_TRUE(free_returns_while_the_stream_is_held(pool))
+    << "after 70 streams came and went, a new stream's free synchronised it (no slot was free)";
+}
+
+// The same for the per-thread default streams of threads that have ended: those streams are gone too.
+TEST(vmm_pool_memory_resource, slots_of_the_per_thread_default_streams_of_ended_threads_are_reused)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  for (int i = 0; i < 70; ++i) {
+    std::thread{[&pool] {
+      void* p = pool.allocate(MiB, cuda_stream_per_thread);
+      pool.deallocate(p, MiB, cuda_stream_per_thread);
+    }}.join();
+  }
+  pool.check_invariants();
+  EXPECT_TRUE(free_returns_while_the_stream_is_held(pool))
+    << "after 70 threads freed on their per-thread default streams and ended, a new stream's free synchronised it";
+}
+
+// ---- random sequences and threads ---------------------------------------------------------------------------------
+
+// 4,000 operations over five streams (three created ones, the legacy and the per-thread default stream),
+// sizes log-uniform up to 2 MiB, a pattern written into every fourth block and checked when it is freed (on
+// a random stream), release_unused() every 500 operations, check_invariants() after every step.
+TEST(vmm_pool_memory_resource, random_sequence_on_several_streams_keeps_contents_and_invariants)
+{
+  vmm_pool_memory_resource pool{slabs_of(granule, 2 * GiB)};
+  cuda_stream s1{cuda_stream::flags::non_blocking};
+  cuda_stream s2{cuda_stream::flags::non_blocking};
+  cuda_stream s3{cuda_stream::flags::sync_default};
+  std::vector<cuda_stream_view> const streams{s1.view(), s2.view(), s3.view(), cuda_stream_default,
+                                              cuda_stream_per_thread};
+  std::mt19937_64 rng{0xC0FFEE};
+  struct live_block {
+    void* ptr;
+    std::size_t bytes;
+    std::uint32_t seed;  // 0: no pattern
+  };
+  std::vector<live_block> live;
+  std::uint32_t next_seed = 1;
+  std::size_t checked = 0;
+  std::size_t released = 0;
+  for (int op = 0; op < 4000; ++op) {
+    cuda_stream_view const stream = streams[rng() % streams.size()];
+    if (live.empty() || (live.size() < 120 && rng() % 100 < 55)) {
+      std::size_t const bytes = log_uniform_size(rng, 21.0);
+      void* p = pool.allocate(bytes, stream);
+      ASSERT_TRUE(detail::is_aligned(p, detail::allocation_alignment));
+      std::uint32_t seed = 0;
+      if (rng() % 4 == 0) {
+        seed = next_seed++;
+        write_pattern(p, bytes, seed, stream.value());
+      }
+      live.push_back({p, bytes, seed});
+    } else {
+      std::size_t const index = static_cast<std::size_t>(rng() % live.size());
+      live_block const b = live[index];
+      live[index] = live.back();
+      live.pop_back();
+      if (b.seed != 0) {
+        EXPECT_TRUE(has_pattern(b.ptr, b.bytes, b.seed, stream.value())) << "op " << op;
+        ++checked;
+      }
+      pool.deallocate(b.ptr, b.bytes, stream);
+    }
+    if (op % 500 == 499) {
+      std::size_t const before = pool.physical_bytes();
+      std::size_t const bytes = pool.release_unused();
+      EXPECT_EQ(pool.physical_bytes(), before - bytes);
+      released += bytes;
+    }
+    ASSERT_NO_THROW(pool.check_invariants()) << "op " << op;
+    if (op % 100 == 0) {
+      std::vector<block> blocks;
+      for (auto const& b : live) { blocks.push_back({b.ptr, b.bytes}); }
+      ASSERT_TRUE(do_not_overlap(blocks)) << "op " << op;
+    }
+  }
+  for (auto const& b : live) {
+    if (b.seed != 0) { EXPECT_TRUE(has_pattern(b.ptr, b.bytes, b.seed, s1.value())); }
+    pool.deallocate(b.ptr, b.bytes, s1.view());
+  }
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+  pool.check_invariants();
+  (void)pool.release_unused();
+  EXPECT_EQ(pool.physical_bytes(), 0U);
+  EXPECT_GT(checked, 100U);
+  EXPECT_GT(released, 0U) << "the sequence never released a slab";
+}
+
+TEST(vmm_pool_memory_resource, four_threads_allocate_and_free_concurrently)
+{
+  constexpr int thread_count = 4;
+  vmm_pool_memory_resource pool{slabs_of(granule, 1 * GiB)};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&pool, &failures, t] {
+      cuda_stream stream{cuda_stream::flags::non_blocking};
+      std::mt19937_64 rng{static_cast<std::uint64_t>(t) + 100};
+      struct live_block {
+        void* ptr;
+        std::size_t bytes;
+        std::uint32_t seed;
+      };
+      std::vector<live_block> live;
+      for (int i = 0; i < 1500; ++i) {
+        if (live.empty() || (live.size() < 40 && rng() % 2 == 0)) {
+          std::size_t const bytes = log_uniform_size(rng, 20.0);
+          void* p = pool.allocate(bytes, stream.view());
+          std::uint32_t seed = 0;
+          if (rng() % 8 == 0) {
+            seed = static_cast<std::uint32_t>(t * 100'000 + i + 1);
+            write_pattern(p, bytes, seed, stream.value());
+          }
+          live.push_back({p, bytes, seed});
+        } else {
+          std::size_t const index = static_cast<std::size_t>(rng() % live.size());
+          live_block const b = live[index];
+          live[index] = live.back();
+          live.pop_back();
+          if (b.seed != 0 && !has_pattern(b.ptr, b.bytes, b.seed, stream.value())) { failures.fetch_add(1); }
+          pool.deallocate(b.ptr, b.bytes, stream.view());
+        }
+        if (t == 0 && i % 200 == 199) { (void)pool.release_unused(); }
+      }
+      for (auto const& b : live) { pool.deallocate(b.ptr, b.bytes, stream.view()); }
+    });
+  }
+  for (auto& thread : threads) { thread.join(); }
+  EXPECT_EQ(failures.load(), 0) << "a block's contents changed while it was live: handed out twice?";
+  pool.check_invariants();
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+  (void)pool.release_unused();
+  EXPECT_EQ(pool.physical_bytes(), 0U);
+}
+
+// ---- as an upstream -----------------------------------------------------------------------------------------------
+
+TEST(vmm_pool_memory_resource, under_a_pool_memory_resource_released_chunks_go_back_to_the_device)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource vmm{borrow(provider), slabs_of(granule)};
+  {
+    mr::pool_memory_resource pool{&vmm};
+    std::vector<std::pair<void*, std::size_t>> blocks;
+    for (std::size_t const bytes : {MiB, 3 * MiB, 10 * MiB, std::size_t{100}, 7 * MiB}) { blocks.emplace_back(pool.allocate(bytes), bytes); }
+    EXPECT_GT(vmm.bytes_in_use(), 0U);
+    for (auto const& [p, bytes] : blocks) { pool.deallocate(p, bytes); }
+    pool.release();
+    EXPECT_EQ(vmm.bytes_in_use(), 0U) << "the pool's chunks went back to the vmm pool";
+  }
+  EXPECT_GT(vmm.physical_bytes(), 0U);
+  EXPECT_EQ(vmm.largest_free_block(), vmm.physical_bytes()) << "the chunks coalesced in the vmm pool";
+  (void)vmm.release_unused();
+  EXPECT_EQ(provider.physical_bytes(), 0U);
+  EXPECT_TRUE(books_balance(vmm, provider));
+}
+
+// ---- the ResNet-50 trace ------------------------------------------------------------------------------------------
+
+TEST(vmm_pool_memory_resource, resnet50_trace_at_80_gib_peaks_within_5_percent_of_the_live_bytes)
+{
+  auto const trace = resnet50_trace();
+  if (trace.empty()) {
+    GTEST_SKIP() << "shared trace pytorch_resnet50_train.csv.gz not found under '" << traces_dir().string() << "'";
+  }
+  allocation_log const log = read_allocation_log(trace);
+  simulated_vmm_provider provider{80 * GiB};
+  vmm_pool_memory_resource pool{borrow(provider), vmm_pool_options{}};
+  replay_result const result = replay(log, pool, {.peak_upstream_bytes = [&] { return pool.peak_physical_bytes(); }});
+  EXPECT_EQ(result.ops, 41'696U);
+  EXPECT_EQ(result.failures, 0U);
+  EXPECT_EQ(result.unknown_frees, 0U);
+  EXPECT_EQ(result.peak_live_bytes, 9'386'021'008U);
+  ASSERT_TRUE(result.fragmentation.has_value());
+  double const ratio = static_cast<double>(pool.peak_physical_bytes()) / static_cast<double>(result.peak_live_bytes);
+  std::printf("[ replay   ] vmm_pool %8.1f ns/op (host, Debug)  peak physical %zu  peak live %zu  ratio %.4f  "
+              "slabs created %zu moved %zu released %zu\n",
+              result.ns_per_op, pool.peak_physical_bytes(), result.peak_live_bytes, ratio, pool.slabs_created(),
+              pool.slabs_moved(), pool.slabs_released());
+  EXPECT_GE(ratio, 1.0);
+  EXPECT_LE(ratio, 1.05);
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+  EXPECT_TRUE(books_balance(pool, provider));
+}
+
+}  // namespace
+}  // namespace gpumem::test
