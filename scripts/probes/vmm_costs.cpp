@@ -68,6 +68,30 @@ int main() {
     std::printf("256 x 2MiB (per-granule access=%d): create %.1f map(+access) %.1f access-range %.1f unmap %.1f remap+access %.1f unmap-range %.1f release %.1f us total\n",
                 per_granule_access, us(t0, t1), us(t1, t2), us(t2, t3), us(t3, t4), us(t4, t5), us(t5, t6), us(t6, t7));
   }
+  // One handle of 16 x 32 MiB mapped as 16 mappings (offsets): one setAccess over the range vs 16 handles.
+  for (int variant : {0, 1, 2}) {
+    size_t const piece = size_t{32} << 20; int const n = 16;
+    std::vector<CUmemGenericAllocationHandle> hs(variant == 0 ? 1 : n);
+    auto t0 = clk::now();
+    if (variant == 0) CK(cuMemCreate(&hs[0], n * piece, &prop, 0)); else for (auto& h : hs) CK(cuMemCreate(&h, piece, &prop, 0));
+    auto t1 = clk::now();
+    for (int i = 0; i < n; ++i) CK(cuMemMap(va + i * piece, piece, variant == 0 ? i * piece : 0, variant == 0 ? hs[0] : hs[i], 0));
+    auto t2 = clk::now();
+    if (variant == 2) { for (int i = 0; i < n; ++i) CK(cuMemSetAccess(va + i * piece, piece, &acc, 1)); }
+    else CK(cuMemSetAccess(va, n * piece, &acc, 1));
+    auto t3 = clk::now();
+    CK(cuMemUnmap(va + 3 * piece, piece));  // one slab out of the middle
+    CK(cuMemMap(va + (n + 1) * piece, piece, variant == 0 ? 3 * piece : 0, variant == 0 ? hs[0] : hs[3], 0));
+    CK(cuMemSetAccess(va + (n + 1) * piece, piece, &acc, 1));
+    auto t4 = clk::now();
+    for (int i = 0; i < n; ++i) if (i != 3) CK(cuMemUnmap(va + i * piece, piece));
+    CK(cuMemUnmap(va + (n + 1) * piece, piece));
+    for (auto h : hs) CK(cuMemRelease(h));
+    auto t5 = clk::now();
+    std::printf("16 x 32 MiB %s: create %.1f map %.1f access %.1f move-one %.1f teardown %.1f us\n",
+                variant == 0 ? "one handle, 16 mappings, one access" : variant == 1 ? "16 handles, one access" : "16 handles, 16 accesses",
+                us(t0, t1), us(t1, t2), us(t2, t3), us(t3, t4), us(t4, t5));
+  }
   size_t fr, tot; cudaMemGetInfo(&fr, &tot); std::printf("free %zu total %zu\n", fr, tot);
   CK(cuMemAddressFree(va, vsz));
   return 0;

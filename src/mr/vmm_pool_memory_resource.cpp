@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <string>
 #include <utility>
 
@@ -233,6 +234,7 @@ void vmm_pool_memory_resource::stream_destroying(cudaStream_t stream) noexcept
 
 void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
 {
+  auto const start = std::chrono::steady_clock::now();
   auto plan = heap_->plan_growth(bytes);
   if (!plan) { fail(requested, "the reserved address range has no room for it"); }
   std::size_t const slab = heap_->slab_size();
@@ -312,6 +314,12 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
     undo();
     throw;
   }
+  detail::log(log_level::debug, [&] {
+    auto const us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    return "vmm_pool_memory_resource: grew by " + std::to_string(plan->slabs) + " slabs for " +
+           std::to_string(requested) + " bytes (" + std::to_string(plan->movable.size()) + " moved) in " +
+           std::to_string(us) + " us; physical " + std::to_string(heap_->backed_bytes());
+  });
 }
 
 std::size_t vmm_pool_memory_resource::release_slabs(std::vector<std::uintptr_t> const& slabs)

@@ -3,6 +3,7 @@
 #include <gpumem/mr/detail/virtual_heap.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <string>
@@ -13,6 +14,9 @@ namespace {
 [[nodiscard]] bool is_power_of_two(std::size_t value) noexcept { return value != 0 && (value & (value - 1)) == 0; }
 
 [[nodiscard]] std::string hex(std::uintptr_t address) { return format_pointer(reinterpret_cast<void const*>(address)); }
+
+/// How many erased ranges' nodes are kept for reuse.
+constexpr std::size_t spare_nodes = 64;
 
 /// Throws logic_error with `message()` (built only on failure: these checks sit on the allocation path).
 template <class Message>
@@ -33,6 +37,9 @@ virtual_heap::virtual_heap(std::uintptr_t base, std::size_t size, std::size_t sl
   require(size > 0 && size % slab_size == 0, [&] { return std::string{} + "size " + std::to_string(size) + " is not a positive multiple of the slab size " + std::to_string(slab_size); });
   require(base <= std::numeric_limits<std::uintptr_t>::max() - size, [&] { return std::string{} + "the range " + hex(base) + " + " +
                                                                        std::to_string(size) + " wraps around"; });
+  backed_.assign(size / slab_size, false);
+  spare_address_nodes_.reserve(spare_nodes);
+  spare_size_nodes_.reserve(spare_nodes);
 }
 
 std::optional<virtual_heap::block> virtual_heap::take(std::size_t bytes)
@@ -65,7 +72,7 @@ void virtual_heap::give_back(std::uintptr_t address, std::size_t bytes, std::uin
             std::to_string(alignment_); });
   require(address >= base_ && address - base_ <= size_ && bytes <= size_ - (address - base_), [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) + " bytes is outside the reservation"; });
   // The first and the last slab (a full walk, in check_invariants, would cost a lookup per slab here).
-  require(slabs_.contains(slab_of(address)) && slabs_.contains(slab_of(address + bytes - 1)), [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) +
+  require(is_slab(slab_of(address)) && is_slab(slab_of(address + bytes - 1)), [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) +
                                     " bytes is not inside backed slabs (not from this pool)"; });
   auto next = by_address_.lower_bound(address);
   if (next != by_address_.end()) {
@@ -78,14 +85,19 @@ void virtual_heap::give_back(std::uintptr_t address, std::size_t bytes, std::uin
     require(previous->first + previous->second.size <= address, [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) + " bytes overlaps the free range at " +
               hex(previous->first) + " (freed twice?)"; });
   }
-  insert_range(address, bytes, streams);
+  insert_range(address, bytes, streams, next);
 }
 
 void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::uint64_t streams)
 {
+  insert_range(address, size, streams, by_address_.lower_bound(address));
+}
+
+void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::uint64_t streams,
+                                address_index::iterator next)
+{
   // Merging reuses the existing nodes (extract, change, insert): only a range with no free neighbour
-  // allocates, so a std::bad_alloc leaves the heap as it was.
-  auto next = by_address_.lower_bound(address);
+  // allocates, so a std::bad_alloc leaves the heap as it was. `next` is the first range after `address`.
   bool const merge_next = next != by_address_.end() && next->first == address + size;
   bool merge_previous = false;
   address_index::iterator previous;
@@ -100,8 +112,7 @@ void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::u
     if (merge_next) {
       previous->second.size += next->second.size;
       previous->second.streams |= next->second.streams;
-      by_size_.erase({next->second.size, next->first});
-      by_address_.erase(next);
+      recycle(next);  // its bytes stay counted: they are now part of the previous range
     }
     size_node.value() = {previous->second.size, previous->first};
     by_size_.insert(std::move(size_node));
@@ -113,6 +124,16 @@ void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::u
     address_node.mapped().size += size;
     address_node.mapped().streams |= streams;
     size_node.value() = {address_node.mapped().size, address};
+    by_address_.insert(std::move(address_node));
+    by_size_.insert(std::move(size_node));
+  } else if (!spare_address_nodes_.empty() && !spare_size_nodes_.empty()) {
+    auto address_node = std::move(spare_address_nodes_.back());
+    spare_address_nodes_.pop_back();
+    auto size_node = std::move(spare_size_nodes_.back());
+    spare_size_nodes_.pop_back();
+    address_node.key() = address;
+    address_node.mapped() = range{size, streams};
+    size_node.value() = {size, address};
     by_address_.insert(std::move(address_node));
     by_size_.insert(std::move(size_node));
   } else {
@@ -144,9 +165,20 @@ void virtual_heap::reshape(address_index::iterator where, std::uintptr_t address
 
 void virtual_heap::erase_range(address_index::iterator where) noexcept
 {
-  by_size_.erase({where->second.size, where->first});
   free_bytes_ -= where->second.size;
-  by_address_.erase(where);
+  recycle(where);
+}
+
+void virtual_heap::recycle(address_index::iterator where) noexcept
+{
+  auto size_node = by_size_.extract({where->second.size, where->first});
+  auto address_node = by_address_.extract(where);
+  // Keep the nodes for the next new range (the vectors' capacity is reserved: no allocation here).
+  if (spare_address_nodes_.size() < spare_address_nodes_.capacity() &&
+      spare_size_nodes_.size() < spare_size_nodes_.capacity() && !size_node.empty() && !address_node.empty()) {
+    spare_address_nodes_.push_back(std::move(address_node));
+    spare_size_nodes_.push_back(std::move(size_node));
+  }
 }
 
 virtual_heap::address_index::const_iterator virtual_heap::containing(std::uintptr_t address, std::size_t bytes) const
@@ -180,7 +212,7 @@ bool virtual_heap::backed(std::uintptr_t address, std::size_t bytes) const
 {
   std::uintptr_t slab = address - (address - base_) % slab_size_;
   for (; slab < address + bytes; slab += slab_size_) {
-    if (!slabs_.contains(slab)) { return false; }
+    if (slab >= base_ + size_ || !is_slab(slab)) { return false; }
   }
   return true;
 }
@@ -230,10 +262,12 @@ void virtual_heap::back(std::uintptr_t address, std::uint64_t handle)
   require(address >= base_ && address < base_ + size_ && (address - base_) % slab_size_ == 0, [&] { return std::string{} + "slab " + hex(address) + " is not a slab address of the reservation"; });
   require(!slabs_.contains(address), [&] { return std::string{} + "slab " + hex(address) + " is already backed"; });
   slabs_.emplace(address, handle);
+  backed_[(address - base_) / slab_size_] = true;
   try {
     insert_range(address, slab_size_, 0);
   } catch (...) {
     slabs_.erase(address);
+    backed_[(address - base_) / slab_size_] = false;
     throw;
   }
 }
@@ -271,15 +305,22 @@ std::pair<std::uint64_t, std::uint64_t> virtual_heap::unback(std::uintptr_t addr
   }
   std::uint64_t const handle = slab->second;
   slabs_.erase(slab);
+  backed_[(address - base_) / slab_size_] = false;
   return {handle, streams};
 }
 
 std::vector<std::uintptr_t> virtual_heap::wholly_free_slabs() const
 {
+  // Only a free range of at least a slab can hold one: walk those (by_size_ from slab_size up), not every
+  // slab, so that growing costs O(large ranges + result) rather than a lookup per slab.
   std::vector<std::uintptr_t> result;
-  for (auto it = slabs_.rbegin(); it != slabs_.rend(); ++it) {
-    if (containing(it->first, slab_size_) != by_address_.end()) { result.push_back(it->first); }
+  for (auto it = by_size_.lower_bound({slab_size_, 0}); it != by_size_.end(); ++it) {
+    auto const [size, address] = *it;
+    std::uintptr_t slab = slab_of(address);
+    if (slab < address) { slab += slab_size_; }
+    for (; slab + slab_size_ <= address + size; slab += slab_size_) { result.push_back(slab); }
   }
+  std::sort(result.begin(), result.end(), std::greater<>{});
   return result;
 }
 

@@ -157,14 +157,27 @@ class GPUMEM_EXPORT virtual_heap {
   /// Whether [address, address + bytes) lies inside consecutive slabs.
   [[nodiscard]] bool backed(std::uintptr_t address, std::size_t bytes) const;
   void insert_range(std::uintptr_t address, std::size_t size, std::uint64_t streams);
+  void insert_range(std::uintptr_t address, std::size_t size, std::uint64_t streams, address_index::iterator next);
   void erase_range(address_index::iterator where) noexcept;
+  /// Removes the range at `where` from both indexes without changing free_bytes_, keeping its nodes.
+  void recycle(address_index::iterator where) noexcept;
   void reshape(address_index::iterator where, std::uintptr_t address, std::size_t size) noexcept;
 
   std::uintptr_t base_;
   std::size_t size_;
   std::size_t slab_size_;
   std::size_t alignment_;
-  std::map<std::uintptr_t, std::uint64_t> slabs_;               // address -> handle
+  /// Whether the slab at `address` (a slab address inside the reservation) is backed. O(1).
+  [[nodiscard]] bool is_slab(std::uintptr_t address) const noexcept
+  {
+    return backed_[(address - base_) / slab_size_];
+  }
+
+  std::map<std::uintptr_t, std::uint64_t> slabs_;               // address -> handle (ordered: gaps, walks)
+  std::vector<bool> backed_;                                    // per slab index: in slabs_ (O(1) checks)
+  // Nodes of erased ranges, reused by later insertions: the allocation path makes no heap allocation.
+  std::vector<address_index::node_type> spare_address_nodes_;
+  std::vector<std::set<std::pair<std::size_t, std::uintptr_t>>::node_type> spare_size_nodes_;
   address_index by_address_;                                    // free ranges
   std::set<std::pair<std::size_t, std::uintptr_t>> by_size_;    // (size, address) of the same ranges
   std::size_t free_bytes_{};
