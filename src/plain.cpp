@@ -19,12 +19,14 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace gpumem {
 namespace {
 
 constexpr std::size_t shard_count = 16;
 constexpr std::size_t recently_freed_capacity = 256;  // per shard: 4096 pointers in all
+constexpr std::size_t spare_node_capacity = 64;       // per shard: map nodes kept for reuse
 
 /// Where a live pointer came from: enough to give it back without asking the caller.
 struct record {
@@ -42,6 +44,15 @@ class shard {
   bool insert(void const* ptr, record const& rec)
   {
     std::lock_guard lock{mutex_};
+    if (!spare_nodes_.empty()) {  // a node of an earlier free: no heap allocation on this path
+      auto node = std::move(spare_nodes_.back());
+      spare_nodes_.pop_back();
+      node.key() = ptr;
+      node.mapped() = rec;
+      auto const result = live_.insert(std::move(node));
+      if (!result.inserted) { result.position->second = rec; }  // the node returned in result.node dies
+      return result.inserted;
+    }
     return live_.insert_or_assign(ptr, rec).second;
   }
 
@@ -52,7 +63,8 @@ class shard {
     auto const it = live_.find(ptr);
     if (it == live_.end()) { return was_freed_locked(ptr) ? lookup_result::freed : lookup_result::unknown; }
     out = it->second;
-    live_.erase(it);
+    auto node = live_.extract(it);
+    if (spare_nodes_.size() < spare_nodes_.capacity()) { spare_nodes_.push_back(std::move(node)); }
     recently_freed_[next_freed_] = ptr;
     next_freed_ = (next_freed_ + 1) % recently_freed_capacity;
     return lookup_result::live;
@@ -74,8 +86,16 @@ class shard {
     return std::find(recently_freed_.begin(), recently_freed_.end(), ptr) != recently_freed_.end();
   }
 
+  using live_map = std::unordered_map<void const*, record>;
+
   mutable std::mutex mutex_;
-  std::unordered_map<void const*, record> live_;                        // guarded by mutex_
+  live_map live_;                                                        // guarded by mutex_
+  // Nodes of freed pointers, reused by the next allocations (capacity reserved once: pushing never allocates).
+  std::vector<live_map::node_type> spare_nodes_ = [] {
+    std::vector<live_map::node_type> v;
+    v.reserve(spare_node_capacity);
+    return v;
+  }();                                                                   // guarded by mutex_
   std::array<void const*, recently_freed_capacity> recently_freed_{};   // guarded by mutex_: a ring
   std::size_t next_freed_{};                                            // guarded by mutex_
 };
