@@ -358,3 +358,11 @@ def test_vmm_pool_as_current_resource_and_bad_options():
     with pytest.raises(gpumem.OutOfMemoryError, match="maximum_physical_size"):
         capped = mr.VmmPoolMemoryResource(slab_size=2 << 20, maximum_physical_size=4 << 20)
         capped.allocate(8 << 20)
+
+
+def test_vmm_pool_release_threshold_gives_memory_back_on_free():
+    pool = mr.VmmPoolMemoryResource(slab_size=2 << 20, release_threshold=0)
+    ptr = pool.allocate(6 << 20)
+    assert pool.physical_bytes == 6 << 20
+    pool.deallocate(ptr, 6 << 20)
+    assert pool.physical_bytes == 0

@@ -33,7 +33,9 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(vmm_pool_options const& optio
 
 vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memory_provider> provider,
                                                    vmm_pool_options const& options)
-  : provider_{std::move(provider)}, maximum_physical_{options.maximum_physical_size}
+  : provider_{std::move(provider)},
+    maximum_physical_{options.maximum_physical_size},
+    release_threshold_{options.release_threshold}
 {
   expects(provider_ != nullptr, "the virtual memory provider is null");
   expects(options.slab_size > 0, "slab_size is 0");
@@ -210,6 +212,10 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
     }
     heap_->give_back(reinterpret_cast<std::uintptr_t>(ptr), rounded, mask);
     bytes_in_use_ -= rounded;
+    // O(1) test first: only when the free bytes could hold more than the threshold in whole slabs.
+    if (release_threshold_ && heap_->free_bytes() >= *release_threshold_ + heap_->slab_size()) {
+      release_over_threshold();
+    }
   } catch (std::exception const& e) {
     detail::log(log_level::error, std::string{"vmm_pool_memory_resource::deallocate("} + format_pointer(ptr) +
                                             ", " + std::to_string(bytes) + " bytes) ignored: " + e.what());
@@ -320,6 +326,20 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
            std::to_string(requested) + " bytes (" + std::to_string(plan->movable.size()) + " moved) in " +
            std::to_string(us) + " us; physical " + std::to_string(heap_->backed_bytes());
   });
+}
+
+void vmm_pool_memory_resource::release_over_threshold() noexcept
+{
+  try {
+    std::vector<std::uintptr_t> candidates = heap_->wholly_free_slabs();
+    std::size_t const slab = heap_->slab_size();
+    std::size_t const keep = *release_threshold_ / slab;  // whole slabs that may stay
+    if (candidates.size() <= keep) { return; }
+    candidates.resize(candidates.size() - keep);  // the highest addresses go first
+    (void)release_slabs(candidates);              // waits for the streams that freed memory there
+  } catch (std::exception const& e) {
+    detail::log(log_level::warn, std::string{"vmm_pool_memory_resource: releasing over the threshold failed: "} + e.what());
+  }
 }
 
 std::size_t vmm_pool_memory_resource::release_slabs(std::vector<std::uintptr_t> const& slabs)

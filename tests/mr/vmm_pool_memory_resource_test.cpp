@@ -865,4 +865,38 @@ TEST(vmm_pool_memory_resource, resnet50_trace_at_80_gib_peaks_within_5_percent_o
 }
 
 }  // namespace
+// ---- the release threshold ----------------------------------------------------------------------------------------
+
+TEST(vmm_pool_memory_resource, with_a_release_threshold_of_zero_freed_slabs_go_back_to_the_device_by_themselves)
+{
+  vmm_pool_options options = slabs_of(granule);
+  options.release_threshold = 0;
+  vmm_pool_memory_resource pool{options};
+  detail::backend& be = detail::get_backend();
+  int const device = be.current_device();
+  std::size_t const free_before = be.mem_info(device).free;
+  void* big = pool.allocate(3 * granule);
+  EXPECT_EQ(pool.physical_bytes(), 3 * granule);
+  EXPECT_LE(be.mem_info(device).free, free_before - 3 * granule + granule) << "the slabs are device memory";
+  pool.deallocate(big, 3 * granule);  // releases the three slabs (after the stream's work)
+  EXPECT_EQ(pool.physical_bytes(), 0U);
+  EXPECT_GE(pool.slabs_released(), 3U);
+  EXPECT_GE(be.mem_info(device).free + granule, free_before) << "the device's free memory rose again";
+  pool.check_invariants();
+}
+
+TEST(vmm_pool_memory_resource, a_release_threshold_keeps_that_many_bytes_of_wholly_free_slabs)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_options options = slabs_of(granule);
+  options.release_threshold = 2 * granule;
+  vmm_pool_memory_resource pool{borrow(provider), options};
+  void* big = pool.allocate(6 * granule);
+  pool.deallocate(big, 6 * granule);
+  EXPECT_EQ(pool.physical_bytes(), 2 * granule) << "down to the threshold, not below";
+  EXPECT_EQ(provider.physical_bytes(), 2 * granule);
+  pool.check_invariants();
+}
+
+
 }  // namespace gpumem::test

@@ -20,7 +20,8 @@
  * the pool's state and the device's free and total memory.
  *
  * Shrinking: release_unused() unmaps and releases every wholly free slab (the device's free memory rises
- * by that much); the destructor releases everything. Physical memory of a slab is unmapped only after the
+ * by that much); with vmm_pool_options::release_threshold, deallocations do it by themselves beyond the
+ * threshold; the destructor releases everything. Physical memory of a slab is unmapped only after the
  * work of every stream that freed memory in it has completed (a host wait on those streams' events).
  *
  * Works as the whole pool, or as the upstream of another resource (pool_memory_resource over it gets
@@ -75,6 +76,12 @@ struct vmm_pool_options {
   std::optional<std::size_t> reservation_size{};
   /// The most physical memory the pool may hold; none: no cap but the device's.
   std::optional<std::size_t> maximum_physical_size{};
+  /// When set, a deallocation that leaves more than this many bytes in wholly free slabs releases the
+  /// excess slabs at once. Like cudaFree, such a deallocation first waits (on the host) for the work of
+  /// the streams that freed memory in those slabs. None (the default): wholly free slabs stay until the
+  /// pool grows (they move), release_unused(), or destruction. 0 makes the pool follow its live bytes
+  /// closely, at the price of unmapping and creating slabs in every cycle of a loop.
+  std::optional<std::size_t> release_threshold{};
   /// Other devices that may read and write the pool's memory (cuMemSetAccess); the backend checks them.
   std::vector<int> peer_devices{};
 };
@@ -154,6 +161,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// Backs enough slabs for `bytes` (`requested` rounded up; see the file comment); on failure gives back
   /// what it backed. Lock held. @throws out_of_memory naming `requested`, cuda_error.
   void grow(std::size_t requested, std::size_t bytes);
+  /// With a release threshold: releases wholly free slabs beyond the threshold (after their streams'
+  /// work, a host wait). Lock held.
+  void release_over_threshold() noexcept;
   /// Unmaps and releases the wholly free slabs in `slabs` (after their streams). Lock held. @return bytes.
   std::size_t release_slabs(std::vector<std::uintptr_t> const& slabs);
   [[noreturn]] void fail(std::size_t bytes, std::string_view why);
@@ -161,6 +171,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::unique_ptr<virtual_memory_provider> provider_;
   mutable std::mutex mutex_;
   std::optional<std::size_t> maximum_physical_;
+  std::optional<std::size_t> release_threshold_;
   std::uintptr_t reservation_{};
   std::size_t reservation_size_{};
   std::unique_ptr<detail::virtual_heap> heap_;  // guarded by mutex_
