@@ -899,4 +899,73 @@ TEST(vmm_pool_memory_resource, a_release_threshold_keeps_that_many_bytes_of_whol
 }
 
 
+// ---- failure injection over the backend's own provider (the driver's cuMem* calls on a GPU) ----------------------
+
+/// The backend's provider, with create() reporting out-of-memory and map() failing on command; counts the
+/// handles it has live so that a test sees a leak of real device memory.
+class failing_device_provider final : public mr::virtual_memory_provider {
+ public:
+  failing_device_provider() : inner_{mr::make_device_vmm_provider(detail::get_backend().current_device())} {}
+  std::atomic<int> creates_left{1 << 30};
+  std::atomic<int> maps_left{1 << 30};
+  std::atomic<long> live_handles{0};
+
+  [[nodiscard]] std::string describe() const override { return "failing " + inner_->describe(); }
+  [[nodiscard]] int device() const noexcept override { return inner_->device(); }
+  [[nodiscard]] std::size_t granularity() const noexcept override { return inner_->granularity(); }
+  [[nodiscard]] memory_info mem_info() override { return inner_->mem_info(); }
+  [[nodiscard]] std::uintptr_t reserve(std::size_t bytes) override { return inner_->reserve(bytes); }
+  void unreserve(std::uintptr_t base, std::size_t bytes) noexcept override { inner_->unreserve(base, bytes); }
+  [[nodiscard]] mr::physical_handle create(std::size_t bytes) override
+  {
+    if (creates_left.fetch_sub(1) <= 0) { return 0; }
+    mr::physical_handle const handle = inner_->create(bytes);
+    if (handle != 0) { ++live_handles; }
+    return handle;
+  }
+  void release(mr::physical_handle handle) noexcept override
+  {
+    --live_handles;
+    inner_->release(handle);
+  }
+  void map(std::uintptr_t address, std::size_t bytes, mr::physical_handle handle) override
+  {
+    if (maps_left.fetch_sub(1) <= 0) { throw cuda_error(cudaErrorInvalidValue, "injected cuMemMap failure"); }
+    inner_->map(address, bytes, handle);
+  }
+  void unmap(std::uintptr_t address, std::size_t bytes) noexcept override { inner_->unmap(address, bytes); }
+
+ private:
+  std::unique_ptr<mr::virtual_memory_provider> inner_;
+};
+
+TEST(vmm_pool_memory_resource, injected_create_and_map_failures_on_the_backend_provider_leak_no_device_memory)
+{
+  auto owned = std::make_unique<failing_device_provider>();
+  failing_device_provider& provider = *owned;
+  std::size_t const slab = provider.granularity();
+  vmm_pool_memory_resource pool{std::move(owned), slabs_of(slab)};
+  void* first = pool.allocate(slab);
+  write_pattern(first, slab, 3, nullptr);
+  provider.creates_left = 2;  // the third slab of the next request cannot be created
+  EXPECT_THROW((void)pool.allocate(4 * slab), out_of_memory);
+  EXPECT_EQ(provider.live_handles.load(), 1) << "the slabs made for the failed request went back";
+  EXPECT_EQ(pool.physical_bytes(), slab);
+  provider.creates_left = 1 << 30;
+  provider.maps_left = 1;  // the second mapping fails
+  EXPECT_THROW((void)pool.allocate(4 * slab), cuda_error);
+  EXPECT_EQ(provider.live_handles.load(), 1);
+  pool.check_invariants();
+  provider.maps_left = 1 << 30;
+  void* second = pool.allocate(4 * slab);  // works again, on real memory
+  write_pattern(second, 4 * slab, 5, nullptr);
+  EXPECT_TRUE(has_pattern(second, 4 * slab, 5, nullptr));
+  EXPECT_TRUE(has_pattern(first, slab, 3, nullptr)) << "the failures did not disturb the live block";
+  pool.deallocate(second, 4 * slab);
+  pool.deallocate(first, slab);
+  (void)pool.release_unused();
+  EXPECT_EQ(provider.live_handles.load(), 0);
+}
+
+
 }  // namespace gpumem::test
