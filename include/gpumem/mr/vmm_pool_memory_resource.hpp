@@ -28,7 +28,8 @@
  * chunks that this pool can still give back to the device).
  *
  * Cost: allocate and deallocate take one mutex and O(log n) in the free ranges, without any CUDA call
- * when the memory is backed; growing costs about 30 us per slab on an H200 (docs/PERFORMANCE.md).
+ * when the memory is backed; growing costs about 45 us per slab on an H200 (cuMemCreate + cuMemMap +
+ * cuMemSetAccess; docs/PERFORMANCE.md, "Fragmentation").
  *
  * Thread-safety: all members may be called concurrently (one mutex, held also while growing).
  * Stream-ordering: as device_memory_resource.hpp says. Memory freed on stream A is reused on A at once;

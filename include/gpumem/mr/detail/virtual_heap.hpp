@@ -28,8 +28,9 @@
  *   by_address_ and by_size_ index the same ranges; free_bytes_ is their sum;
  *   every slab is aligned to slab_size and inside [base, base + size).
  *
- * Costs: take, give_back O(log n) for n free ranges; back, unback O(log n + log s) for s slabs;
- * plan_growth and wholly_free_slabs O(s log n).
+ * Costs: take, give_back O(log n) for n free ranges, with no heap allocation (nodes are reused); back,
+ * unback O(log n + log s) for s slabs; plan_growth O(s log n); wholly_free_slabs O(r + w log w) for r free
+ * ranges of at least a slab and w results.
  * Thread-safety: none (a value type); the resource holds its lock around every call.
  */
 #pragma once
