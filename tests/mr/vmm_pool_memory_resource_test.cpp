@@ -10,6 +10,7 @@
 #include "support/sub_allocator_checks.hpp"
 
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/cuda_device_id.hpp>
 #include <gpumem/cuda_stream.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/mr/detail/align.hpp>
@@ -965,6 +966,47 @@ TEST(vmm_pool_memory_resource, injected_create_and_map_failures_on_the_backend_p
   pool.deallocate(first, slab);
   (void)pool.release_unused();
   EXPECT_EQ(provider.live_handles.load(), 0);
+}
+
+
+// ---- peer access --------------------------------------------------------------------------------------------------
+
+TEST(vmm_pool_memory_resource, a_peer_device_reads_and_writes_the_pool_memory_when_asked_for)
+{
+  detail::backend& be = detail::get_backend();
+  if (be.device_count() < 2) { GTEST_SKIP() << "needs two devices (host backend: GPUMEM_HOST_DEVICES=2)"; }
+  cuda_set_device_raii const on_zero{cuda_device_id{0}};
+  vmm_pool_options options = slabs_of(4 * MiB);
+  options.peer_devices = {1};
+  vmm_pool_memory_resource pool{options};
+  EXPECT_EQ(pool.provider().device(), 0);
+  constexpr std::size_t bytes = 6 * MiB;  // across a slab boundary
+  void* const p = pool.allocate(bytes);
+  write_pattern(p, bytes, 11, nullptr);
+  be.device_synchronize();
+  {
+    // On device 1's own stream: its copy engine reads device 0's pool memory and writes it back changed.
+    cuda_set_device_raii const on_one{cuda_device_id{1}};
+    cuda_stream stream{cuda_stream::flags::non_blocking};
+    EXPECT_TRUE(has_pattern(p, bytes, 11, stream.value()));
+    write_pattern(p, bytes, 12, stream.value());
+    stream.synchronize();
+  }
+  EXPECT_TRUE(has_pattern(p, bytes, 12, nullptr));
+  pool.deallocate(p, bytes);
+}
+
+TEST(vmm_pool_memory_resource, a_peer_device_that_does_not_exist_is_a_logic_error_naming_it)
+{
+  vmm_pool_options options = slabs_of(4 * MiB);
+  options.peer_devices = {detail::get_backend().device_count() + 3};
+  try {
+    vmm_pool_memory_resource pool{options};
+    FAIL() << "a pool with a peer that does not exist was built";
+  } catch (logic_error const& e) {
+    EXPECT_NE(std::string{e.what()}.find("peer device " + std::to_string(options.peer_devices[0])), std::string::npos)
+      << e.what();
+  }
 }
 
 
