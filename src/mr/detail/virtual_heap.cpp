@@ -53,13 +53,14 @@ std::optional<virtual_heap::block> virtual_heap::take(std::size_t bytes)
     erase_range(where);
   } else {
     // The remainder keeps the range's streams; re-key it (node reuse: no allocation can fail here).
+    auto const after = std::next(where);  // the new key sorts where the old one was: insert there in O(1)
     auto address_node = by_address_.extract(where);
     auto size_node = by_size_.extract(fit);
     if (address_node.empty() || size_node.empty()) { return std::nullopt; }  // cannot happen; tells the compiler
     address_node.key() = address + bytes;
     address_node.mapped().size = size - bytes;
     size_node.value() = {size - bytes, address + bytes};
-    by_address_.insert(std::move(address_node));
+    by_address_.insert(after, std::move(address_node));
     by_size_.insert(std::move(size_node));
     free_bytes_ -= bytes;
   }
@@ -118,13 +119,14 @@ void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::u
     by_size_.insert(std::move(size_node));
   } else if (merge_next) {
     auto size_node = by_size_.extract({next->second.size, next->first});
+    auto const after = std::next(next);  // the new key sorts where the old one was: insert there in O(1)
     auto address_node = by_address_.extract(next);
     if (address_node.empty() || size_node.empty()) { return; }  // cannot happen; tells the compiler
     address_node.key() = address;
     address_node.mapped().size += size;
     address_node.mapped().streams |= streams;
     size_node.value() = {address_node.mapped().size, address};
-    by_address_.insert(std::move(address_node));
+    by_address_.insert(after, std::move(address_node));
     by_size_.insert(std::move(size_node));
   } else if (!spare_address_nodes_.empty() && !spare_size_nodes_.empty()) {
     auto address_node = std::move(spare_address_nodes_.back());
@@ -134,10 +136,10 @@ void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::u
     address_node.key() = address;
     address_node.mapped() = range{size, streams};
     size_node.value() = {size, address};
-    by_address_.insert(std::move(address_node));
+    by_address_.insert(next, std::move(address_node));  // it sorts just before `next`: O(1)
     by_size_.insert(std::move(size_node));
   } else {
-    auto const inserted = by_address_.emplace(address, range{size, streams}).first;
+    auto const inserted = by_address_.emplace_hint(next, address, range{size, streams});
     try {
       by_size_.insert({size, address});
     } catch (...) {
