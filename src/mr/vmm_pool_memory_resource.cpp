@@ -90,14 +90,25 @@ vmm_pool_memory_resource::~vmm_pool_memory_resource()
   provider_->unreserve(reservation_, reservation_size_);
 }
 
+std::optional<unsigned> vmm_pool_memory_resource::find_slot(cudaStream_t stream) const noexcept
+{
+  std::uint64_t const thread = is_per_thread_default(stream) ? detail::this_thread_token() : 0;
+  for (unsigned i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].in_use && slots_[i].stream == stream && slots_[i].thread == thread) { return i; }
+  }
+  return std::nullopt;
+}
+
 std::optional<unsigned> vmm_pool_memory_resource::slot_of(cudaStream_t stream)
 {
+  if (auto const own = find_slot(stream)) { return own; }
   std::uint64_t const thread = is_per_thread_default(stream) ? detail::this_thread_token() : 0;
   unsigned free_slot = max_slots;
   for (unsigned i = 0; i < slots_.size(); ++i) {
-    stream_slot const& slot = slots_[i];
-    if (slot.in_use && slot.stream == stream && slot.thread == thread) { return i; }
-    if (!slot.in_use && free_slot == max_slots) { free_slot = i; }
+    if (!slots_[i].in_use) {
+      free_slot = i;
+      break;
+    }
   }
   if (free_slot == max_slots && slots_.size() >= max_slots) {
     // All slots taken: the frees of slots whose event has completed are safe for every stream, so their
@@ -131,6 +142,15 @@ std::optional<unsigned> vmm_pool_memory_resource::slot_of(cudaStream_t stream)
   return free_slot;
 }
 
+cudaEvent_t vmm_pool_memory_resource::event_after_frees(stream_slot& slot)
+{
+  if (!slot.recorded_since_free) {  // record now: after every free made on that stream so far
+    detail::get_backend().event_record(slot.event, slot.stream);
+    slot.recorded_since_free = true;
+  }
+  return slot.event;
+}
+
 void vmm_pool_memory_resource::order_after(std::uint64_t mask, std::optional<unsigned> own, cudaStream_t stream)
 {
   if (own) { mask &= ~(std::uint64_t{1} << *own); }
@@ -138,12 +158,7 @@ void vmm_pool_memory_resource::order_after(std::uint64_t mask, std::optional<uns
   while (mask != 0) {
     auto const i = static_cast<unsigned>(std::countr_zero(mask));
     mask &= mask - 1;
-    stream_slot& slot = slots_[i];
-    if (!slot.recorded_since_free) {  // record now: after every free made on that stream so far
-      be.event_record(slot.event, slot.stream);
-      slot.recorded_since_free = true;
-    }
-    be.stream_wait_event(stream, slot.event);
+    be.stream_wait_event(stream, event_after_frees(slots_[i]));
   }
 }
 
@@ -153,12 +168,7 @@ void vmm_pool_memory_resource::wait_on_host(std::uint64_t mask)
   while (mask != 0) {
     auto const i = static_cast<unsigned>(std::countr_zero(mask));
     mask &= mask - 1;
-    stream_slot& slot = slots_[i];
-    if (!slot.recorded_since_free) {
-      be.event_record(slot.event, slot.stream);
-      slot.recorded_since_free = true;
-    }
-    be.event_synchronize(slot.event);
+    be.event_synchronize(event_after_frees(slots_[i]));
   }
 }
 
@@ -176,12 +186,7 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
   if (taken->streams != 0) {
     try {
       // A block of our own stream needs no wait; a stream beyond the slots never has one.
-      std::optional<unsigned> own;
-      std::uint64_t const thread = is_per_thread_default(stream.value()) ? detail::this_thread_token() : 0;
-      for (unsigned i = 0; i < slots_.size(); ++i) {
-        if (slots_[i].in_use && slots_[i].stream == stream.value() && slots_[i].thread == thread) { own = i; }
-      }
-      order_after(taken->streams, own, stream.value());
+      order_after(taken->streams, find_slot(stream.value()), stream.value());
     } catch (...) {
       heap_->give_back(taken->address, *rounded, taken->streams);
       throw;
@@ -228,8 +233,7 @@ void vmm_pool_memory_resource::stream_destroying(cudaStream_t stream) noexcept
   for (auto& slot : slots_) {
     if (!slot.in_use || slot.stream != stream || slot.thread != 0) { continue; }
     try {
-      if (!slot.recorded_since_free) { detail::get_backend().event_record(slot.event, slot.stream); }
-      slot.recorded_since_free = true;
+      (void)event_after_frees(slot);
       slot.stream = nullptr;  // the blocks keep the slot's bit; its event stays valid for waiters
       slot.thread = retired;  // matches no stream any more; reused once no free range carries its bit
     } catch (std::exception const& e) {
@@ -274,17 +278,7 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
     spare.clear();
   };
   try {
-    for (std::uintptr_t const address : plan->movable) {
-      auto const [handle, streams] = heap_->unback(address);
-      try {
-        wait_on_host(streams);
-      } catch (...) {
-        heap_->back(address, handle);
-        throw;
-      }
-      provider_->unmap(address, slab);
-      spare.push_back(handle);
-    }
+    for (std::uintptr_t const address : plan->movable) { spare.push_back(take_down(address)); }
     for (std::size_t i = 0; i < plan->slabs; ++i) {
       std::uintptr_t const address = plan->address + i * slab;
       bool const moved = !spare.empty();
@@ -342,20 +336,25 @@ void vmm_pool_memory_resource::release_over_threshold() noexcept
   }
 }
 
+physical_handle vmm_pool_memory_resource::take_down(std::uintptr_t address)
+{
+  auto const [handle, streams] = heap_->unback(address);
+  try {
+    wait_on_host(streams);
+  } catch (...) {
+    heap_->back(address, handle);
+    throw;
+  }
+  provider_->unmap(address, heap_->slab_size());
+  return handle;
+}
+
 std::size_t vmm_pool_memory_resource::release_slabs(std::vector<std::uintptr_t> const& slabs)
 {
   std::size_t const slab = heap_->slab_size();
   std::size_t bytes = 0;
   for (std::uintptr_t const address : slabs) {
-    auto const [handle, streams] = heap_->unback(address);
-    try {
-      wait_on_host(streams);
-    } catch (...) {
-      heap_->back(address, handle);
-      throw;
-    }
-    provider_->unmap(address, slab);
-    provider_->release(handle);
+    provider_->release(take_down(address));
     ++released_;
     bytes += slab;
   }

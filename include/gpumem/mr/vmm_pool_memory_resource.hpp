@@ -153,8 +153,12 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   }
   void stream_destroying(cudaStream_t stream) noexcept override;
 
+  /// The slot of `stream` if it has one (never creates one). Lock held.
+  [[nodiscard]] std::optional<unsigned> find_slot(cudaStream_t stream) const noexcept;
   /// The slot of `stream` (created on first use), or nullopt when all 63 are taken. Lock held.
   [[nodiscard]] std::optional<unsigned> slot_of(cudaStream_t stream);
+  /// The slot's event, recorded first if frees were made on its stream since its last record. Lock held.
+  [[nodiscard]] cudaEvent_t event_after_frees(stream_slot& slot);
   /// `stream` waits for the frees of every slot in `mask` but its own. Lock held.
   void order_after(std::uint64_t mask, std::optional<unsigned> own, cudaStream_t stream);
   /// The host waits for the frees of every slot in `mask`. Lock held.
@@ -165,6 +169,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// With a release threshold: releases wholly free slabs beyond the threshold (after their streams'
   /// work, a host wait). Lock held.
   void release_over_threshold() noexcept;
+  /// Removes the wholly free slab at `address` from the heap and unmaps it after the work of the streams
+  /// that freed memory in it (the slab stays if that wait fails). Lock held. @return its handle, unreleased.
+  [[nodiscard]] physical_handle take_down(std::uintptr_t address);
   /// Unmaps and releases the wholly free slabs in `slabs` (after their streams). Lock held. @return bytes.
   std::size_t release_slabs(std::vector<std::uintptr_t> const& slabs);
   [[noreturn]] void fail(std::size_t bytes, std::string_view why);
