@@ -1,4 +1,4 @@
-// `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--slab-mib N] [--csv]`: replays allocation logs against
+// `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--slab-mib N] [--mapping-mib N] [--csv]`: replays allocation logs against
 // resources by name and prints one table per log (docs/formats.md). The reading, the replay and the
 // resources are the library's (replay/allocation_log.hpp, replay/replay.hpp, replay/replay_resource.hpp);
 // this file parses the command line and formats the results.
@@ -34,8 +34,25 @@ struct replay_command {
   std::vector<std::string> resources;
   bool simulate{false};
   bool csv{false};
-  std::size_t vmm_slab_size{std::size_t{32} << 20};  // --slab-mib: the vmm resource's slab size
+  std::size_t vmm_slab_size{std::size_t{32} << 20};          // --slab-mib: the vmm resource's slab size
+  std::optional<std::size_t> vmm_max_mapping_size{};          // --mapping-mib: its largest new mapping
 };
+
+/// The value of `--<flag> N` (N MiB, 1 to 1 TiB) in bytes.
+std::size_t parse_mib(std::string_view flag, std::string const& value)
+{
+  std::size_t used = 0;
+  unsigned long mib = 0;
+  try {
+    mib = std::stoul(value, &used);
+  } catch (std::exception const&) {
+    used = 0;
+  }
+  if (used != value.size() || mib == 0 || mib > (std::size_t{1} << 20)) {
+    throw usage_error("replay: " + std::string{flag} + " takes a whole number of MiB from 1 to 1048576, not '" + value + "'");
+  }
+  return std::size_t{mib} << 20;
+}
 
 replay_command parse(std::span<std::string_view const> args)
 {
@@ -47,20 +64,14 @@ replay_command parse(std::span<std::string_view const> args)
       c.simulate = true;
     } else if (a == "--csv") {
       c.csv = true;
-    } else if (a == "--slab-mib") {
-      if (i + 1 == args.size()) { throw usage_error("replay: --slab-mib needs a value, e.g. --slab-mib 32"); }
-      std::string const value{args[++i]};
-      std::size_t used = 0;
-      unsigned long mib = 0;
-      try {
-        mib = std::stoul(value, &used);
-      } catch (std::exception const&) {
-        used = 0;
+    } else if (a == "--slab-mib" || a == "--mapping-mib") {
+      if (i + 1 == args.size()) { throw usage_error("replay: " + std::string{a} + " needs a value, e.g. " + std::string{a} + " 32"); }
+      std::size_t const bytes = parse_mib(a, std::string{args[++i]});
+      if (a == "--slab-mib") {
+        c.vmm_slab_size = bytes;
+      } else {
+        c.vmm_max_mapping_size = bytes;
       }
-      if (used != value.size() || mib == 0 || mib > (std::size_t{1} << 20)) {
-        throw usage_error("replay: --slab-mib takes a whole number of MiB from 1 to 1048576, not '" + value + "'");
-      }
-      c.vmm_slab_size = std::size_t{mib} << 20;
     } else if (a == "--resource" || a == "-r") {
       if (i + 1 == args.size()) { throw usage_error("replay: --resource needs a value, e.g. --resource pool,binning"); }
       resource_list = args[++i];
@@ -102,7 +113,9 @@ int run_replay(std::span<std::string_view const> args, std::ostream& out)
     }
     bool any_upfront = false;
     for (std::string const& name : c.resources) {
-      replay_resource r = make_replay_resource(name, {.simulate = c.simulate, .vmm_slab_size = c.vmm_slab_size});
+      replay_resource r = make_replay_resource(name, {.simulate = c.simulate,
+                                                           .vmm_slab_size = c.vmm_slab_size,
+                                                           .vmm_max_mapping_size = c.vmm_max_mapping_size});
       progress_bar progress{path + " on " + name};
       replay_result const result = replay(log, r, {.progress = progress.callback()});
       progress.clear();

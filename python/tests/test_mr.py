@@ -366,3 +366,14 @@ def test_vmm_pool_release_threshold_gives_memory_back_on_free():
     assert pool.physical_bytes == 6 << 20
     pool.deallocate(ptr, 6 << 20)
     assert pool.physical_bytes == 0
+
+
+def test_vmm_pool_pieces_of_several_slabs():
+    pool = mr.VmmPoolMemoryResource(slab_size=2 << 20, max_mapping_size=(6 << 20) + 1)
+    assert pool.max_mapping_size == 6 << 20  # rounded down to whole slabs
+    ptr = pool.allocate(14 << 20)  # 7 slabs: pieces of 3, 3 and 1
+    assert pool.mapping_count == 3 and pool.slab_count == 7
+    pool.deallocate(ptr, 14 << 20)
+    assert pool.release_unused() == 14 << 20
+    assert pool.mapping_count == 0 and pool.physical_bytes == 0
+    assert mr.VmmPoolMemoryResource(slab_size=2 << 20).max_mapping_size == 2 << 20  # default: one slab

@@ -4,6 +4,7 @@
 #include <gpumem/mr/virtual_memory_provider.hpp>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 
 namespace gpumem::mr {
@@ -40,10 +41,8 @@ void simulated_vmm_provider::unreserve(std::uintptr_t base, std::size_t bytes) n
     ++misuse_;
     return;
   }
-  bool const still_mapped = std::any_of(mappings_.begin(), mappings_.end(), [&](auto const& m) {
-    return m.first >= base && m.first < base + bytes;
-  });
-  if (still_mapped) { ++misuse_; }
+  auto const first_inside = mappings_.lower_bound(base);
+  if (first_inside != mappings_.end() && first_inside->first < base + bytes) { ++misuse_; }  // still mapped
   reservations_.erase(it);
 }
 
@@ -59,7 +58,7 @@ physical_handle simulated_vmm_provider::create(std::size_t bytes)
   }
   if (bytes > capacity_ - physical_bytes_) { return 0; }
   physical_bytes_ += bytes;
-  handles_.emplace_back(next_handle_, bytes);
+  handles_.emplace(next_handle_, bytes);
   return next_handle_++;
 }
 
@@ -67,7 +66,7 @@ void simulated_vmm_provider::release(physical_handle handle) noexcept
 {
   std::lock_guard lock{mutex_};
   ++release_calls_;
-  auto const it = std::find_if(handles_.begin(), handles_.end(), [&](auto const& h) { return h.first == handle; });
+  auto const it = handles_.find(handle);
   if (it == handles_.end()) {
     ++misuse_;
     return;
@@ -88,19 +87,23 @@ void simulated_vmm_provider::map(std::uintptr_t address, std::size_t bytes, phys
     }
     --*maps_until_failure_;
   }
-  auto const known = std::find_if(handles_.begin(), handles_.end(), [&](auto const& h) { return h.first == handle; });
+  auto const known = handles_.find(handle);
   bool const inside = std::any_of(reservations_.begin(), reservations_.end(), [&](auto const& r) {
     return address >= r.first && address + bytes <= r.first + r.second;
   });
-  bool const overlaps = std::any_of(mappings_.begin(), mappings_.end(), [&](auto const& m) {
-    return address < m.first + m.second && m.first < address + bytes;
-  });
+  // The mapping at or after `address`, and the one before it, are the only ones that can overlap.
+  auto const next = mappings_.lower_bound(address);
+  bool overlaps = next != mappings_.end() && next->first < address + bytes;
+  if (next != mappings_.begin()) {
+    auto const previous = std::prev(next);
+    overlaps = overlaps || previous->first + previous->second > address;
+  }
   if (known == handles_.end() || known->second != bytes || !inside || overlaps) {
     ++misuse_;
     throw cuda_error(cudaErrorInvalidValue, "simulated cuMemMap(" + format_pointer(reinterpret_cast<void*>(address)) +
                                               "): unknown handle, wrong size, outside a reservation or over a mapping");
   }
-  mappings_.emplace_back(address, bytes);
+  mappings_.emplace(address, bytes);
   mapped_bytes_ += bytes;
 }
 
@@ -108,8 +111,8 @@ void simulated_vmm_provider::unmap(std::uintptr_t address, std::size_t bytes) no
 {
   std::lock_guard lock{mutex_};
   ++unmap_calls_;
-  auto const it = std::find(mappings_.begin(), mappings_.end(), std::pair{address, bytes});
-  if (it == mappings_.end()) {
+  auto const it = mappings_.find(address);
+  if (it == mappings_.end() || it->second != bytes) {
     ++misuse_;
     return;
   }

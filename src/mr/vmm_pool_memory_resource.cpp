@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <tuple>
 #include <string>
 #include <utility>
 
@@ -41,6 +42,7 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
   expects(options.slab_size > 0, "slab_size is 0");
   std::size_t const granularity = provider_->granularity();
   std::size_t const slab = round_up(options.slab_size, granularity);
+  max_mapping_slabs_ = std::max<std::size_t>(1, options.max_mapping_size.value_or(slab) / slab);
   if (options.reservation_size) {
     expects(*options.reservation_size >= slab, "reservation_size " + std::to_string(*options.reservation_size) +
                                                  " is smaller than one slab (" + std::to_string(slab) + " bytes)");
@@ -79,9 +81,8 @@ vmm_pool_memory_resource::~vmm_pool_memory_resource()
   } catch (std::exception const& e) {
     detail::log(log_level::error, std::string{"vmm_pool_memory_resource: waiting for streams at destruction failed: "} + e.what());
   }
-  std::size_t const slab = heap_->slab_size();
-  heap_->for_each_slab([&](std::uintptr_t address, std::uint64_t handle) {
-    provider_->unmap(address, slab);
+  heap_->for_each_mapping([&](std::uintptr_t address, std::uint64_t handle, std::size_t bytes) {
+    provider_->unmap(address, bytes);
     provider_->release(handle);
   });
   for (auto const& slot : slots_) {
@@ -249,66 +250,80 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
   if (!plan) { fail(requested, "the reserved address range has no room for it"); }
   std::size_t const slab = heap_->slab_size();
   std::size_t const physical = heap_->backed_bytes();
-  std::size_t const still_needed = plan->slabs - std::min(plan->slabs, plan->movable.size());
+  std::size_t movable_slabs = 0;
+  for (auto const& m : plan->movable) { movable_slabs += m.slabs; }
+  std::size_t const still_needed = plan->slabs - movable_slabs;
   if (maximum_physical_ && physical + still_needed * slab > *maximum_physical_) {
     fail(requested, "it would take the physical memory to " + format_bytes(physical + still_needed * slab) +
                       ", over the maximum_physical_size of " + format_bytes(*maximum_physical_));
   }
-  // Move wholly free slabs: unmap them (after their streams' work) and keep their physical memory. Every
-  // wholly free slab outside the ranges the growth extends is in plan->movable (up to what it needs), so
-  // when a creation below fails, the pool holds no other memory it could give back first.
-  std::vector<physical_handle> spare;
+  // Move wholly free mappings: unmap them (after their streams' work) and keep their physical memory.
+  // Every wholly free mapping outside the ranges the growth extends that fits is in plan->movable, so
+  // when a creation below fails, the pool holds little other memory it could give back first.
+  std::vector<std::pair<physical_handle, std::size_t>> spare;  // handle, slabs
   std::vector<std::uintptr_t> backed_here;
-  // On failure: the slabs backed here go back to the device (nothing uses them yet), and so do the spare
-  // handles; the pool is as before minus the moved slabs' physical memory.
+  // On failure: the mappings backed here go back to the device (nothing uses them yet), and so do the
+  // spare handles; the pool is as before minus the moved mappings' physical memory.
   auto undo = [&]() noexcept {
     for (std::uintptr_t const address : backed_here) {
       try {
-        physical_handle const handle = heap_->unback(address).first;
-        provider_->unmap(address, slab);
-        provider_->release(handle);
-        ++released_;
-      } catch (...) {  // NOLINT(bugprone-empty-catch): the slab stays as free memory of the pool
+        auto const taken = heap_->unback(address);
+        provider_->unmap(address, taken.slabs * slab);
+        provider_->release(taken.handle);
+        released_ += taken.slabs;
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the mapping stays as free memory of the pool
       }
     }
-    for (physical_handle const h : spare) {
-      provider_->release(h);
-      ++released_;
+    for (auto const& [handle, slabs] : spare) {
+      provider_->release(handle);
+      released_ += slabs;
     }
     spare.clear();
   };
+  std::size_t mappings = 0;
   try {
-    for (std::uintptr_t const address : plan->movable) { spare.push_back(take_down(address)); }
-    for (std::size_t i = 0; i < plan->slabs; ++i) {
-      std::uintptr_t const address = plan->address + i * slab;
+    for (auto const& m : plan->movable) { spare.emplace_back(take_down(m.address), m.slabs); }
+    std::uintptr_t address = plan->address;
+    std::size_t remaining = plan->slabs;
+    while (remaining > 0) {
       bool const moved = !spare.empty();
       physical_handle handle = 0;
+      std::size_t slabs = 0;
       if (moved) {
-        handle = spare.back();
+        std::tie(handle, slabs) = spare.back();
         spare.pop_back();
       } else {
-        handle = provider_->create(slab);
-        if (handle == 0) { fail(requested, "the device has no memory for another slab of " + format_bytes(slab)); }
-        ++created_;
+        slabs = std::min(remaining, max_mapping_slabs_);
+        handle = provider_->create(slabs * slab);
+        if (handle == 0) {
+          fail(requested, "the device has no memory for another " + format_bytes(slabs * slab) + " (" +
+                            std::to_string(slabs) + " slabs of " + format_bytes(slab) + ")");
+        }
+        created_ += slabs;
       }
       try {
-        provider_->map(address, slab, handle);
+        provider_->map(address, slabs * slab, handle);
       } catch (...) {
         provider_->release(handle);
-        ++released_;
+        released_ += slabs;
         throw;
       }
       try {
-        heap_->back(address, handle);
+        heap_->back(address, handle, slabs);
       } catch (...) {
-        provider_->unmap(address, slab);
+        provider_->unmap(address, slabs * slab);
         provider_->release(handle);
-        ++released_;
+        released_ += slabs;
         throw;
       }
       backed_here.push_back(address);
-      if (moved) { ++moved_; }
-      peak_physical_ = std::max(peak_physical_, heap_->backed_bytes() + spare.size() * slab);
+      ++mappings;
+      if (moved) { moved_ += slabs; }
+      address += slabs * slab;
+      remaining -= slabs;
+      std::size_t spare_slabs = 0;
+      for (auto const& sp : spare) { spare_slabs += sp.second; }
+      peak_physical_ = std::max(peak_physical_, heap_->backed_bytes() + spare_slabs * slab);
     }
   } catch (...) {
     undo();
@@ -316,21 +331,29 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
   }
   detail::log(log_level::debug, [&] {
     auto const us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-    return "vmm_pool_memory_resource: grew by " + std::to_string(plan->slabs) + " slabs for " +
-           std::to_string(requested) + " bytes (" + std::to_string(plan->movable.size()) + " moved) in " +
-           std::to_string(us) + " us; physical " + std::to_string(heap_->backed_bytes());
+    return "vmm_pool_memory_resource: grew by " + std::to_string(plan->slabs) + " slabs in " +
+           std::to_string(mappings) + " mappings for " + std::to_string(requested) + " bytes (" +
+           std::to_string(movable_slabs) + " slabs moved) in " + std::to_string(us) + " us; physical " +
+           std::to_string(heap_->backed_bytes());
   });
 }
 
 void vmm_pool_memory_resource::release_over_threshold() noexcept
 {
   try {
-    std::vector<std::uintptr_t> candidates = heap_->wholly_free_slabs();
+    std::vector<detail::virtual_heap::mapping> candidates = heap_->wholly_free_mappings();
     std::size_t const slab = heap_->slab_size();
-    std::size_t const keep = *release_threshold_ / slab;  // whole slabs that may stay
-    if (candidates.size() <= keep) { return; }
-    candidates.resize(candidates.size() - keep);  // the highest addresses go first
-    (void)release_slabs(candidates);              // waits for the streams that freed memory there
+    std::size_t const keep = *release_threshold_ / slab;  // wholly free slabs that may stay
+    std::size_t wholly_free = 0;
+    for (auto const& m : candidates) { wholly_free += m.slabs; }
+    // The highest addresses go first, until what stays is within the threshold.
+    std::vector<detail::virtual_heap::mapping> excess;
+    for (auto const& m : candidates) {
+      if (wholly_free <= keep) { break; }
+      excess.push_back(m);
+      wholly_free -= m.slabs;
+    }
+    (void)release_mappings(excess);  // waits for the streams that freed memory there
   } catch (std::exception const& e) {
     detail::log(log_level::warn, std::string{"vmm_pool_memory_resource: releasing over the threshold failed: "} + e.what());
   }
@@ -338,25 +361,24 @@ void vmm_pool_memory_resource::release_over_threshold() noexcept
 
 physical_handle vmm_pool_memory_resource::take_down(std::uintptr_t address)
 {
-  auto const [handle, streams] = heap_->unback(address);
+  auto const taken = heap_->unback(address);
   try {
-    wait_on_host(streams);
+    wait_on_host(taken.streams);
   } catch (...) {
-    heap_->back(address, handle);
+    heap_->back(address, taken.handle, taken.slabs);
     throw;
   }
-  provider_->unmap(address, heap_->slab_size());
-  return handle;
+  provider_->unmap(address, taken.slabs * heap_->slab_size());
+  return taken.handle;
 }
 
-std::size_t vmm_pool_memory_resource::release_slabs(std::vector<std::uintptr_t> const& slabs)
+std::size_t vmm_pool_memory_resource::release_mappings(std::vector<detail::virtual_heap::mapping> const& mappings)
 {
-  std::size_t const slab = heap_->slab_size();
   std::size_t bytes = 0;
-  for (std::uintptr_t const address : slabs) {
-    provider_->release(take_down(address));
-    ++released_;
-    bytes += slab;
+  for (auto const& m : mappings) {
+    provider_->release(take_down(m.address));
+    released_ += m.slabs;
+    bytes += m.slabs * heap_->slab_size();
   }
   return bytes;
 }
@@ -364,13 +386,14 @@ std::size_t vmm_pool_memory_resource::release_slabs(std::vector<std::uintptr_t> 
 std::size_t vmm_pool_memory_resource::release_unused()
 {
   std::lock_guard lock{mutex_};
-  return release_slabs(heap_->wholly_free_slabs());
+  return release_mappings(heap_->wholly_free_mappings());
 }
 
 void vmm_pool_memory_resource::fail(std::size_t bytes, std::string_view why)
 {
   std::string details = std::string{why} + "; the pool holds " + format_bytes(heap_->backed_bytes()) + " in " +
-                        std::to_string(heap_->slab_count()) + " slabs of " + format_bytes(heap_->slab_size()) + ", " +
+                        std::to_string(heap_->slab_count()) + " slabs of " + format_bytes(heap_->slab_size()) + " (" +
+                        std::to_string(heap_->mapping_count()) + " mappings), " +
                         format_bytes(heap_->free_bytes()) + " of them free in " +
                         std::to_string(heap_->free_range_count()) + " ranges (largest " +
                         format_bytes(heap_->largest_free_range()) + ")";
@@ -382,6 +405,7 @@ void vmm_pool_memory_resource::fail(std::size_t bytes, std::string_view why)
 
 std::size_t vmm_pool_memory_resource::slab_size() const noexcept { return heap_->slab_size(); }
 std::size_t vmm_pool_memory_resource::reservation_size() const noexcept { return heap_->size(); }
+std::size_t vmm_pool_memory_resource::max_mapping_size() const noexcept { return max_mapping_slabs_ * heap_->slab_size(); }
 
 #define GPUMEM_VMM_POOL_GETTER(name, expression)                       \
   std::size_t vmm_pool_memory_resource::name() const noexcept         \
@@ -395,6 +419,7 @@ GPUMEM_VMM_POOL_GETTER(peak_physical_bytes, peak_physical_)
 GPUMEM_VMM_POOL_GETTER(free_bytes, heap_->free_bytes())
 GPUMEM_VMM_POOL_GETTER(largest_free_block, heap_->largest_free_range())
 GPUMEM_VMM_POOL_GETTER(slab_count, heap_->slab_count())
+GPUMEM_VMM_POOL_GETTER(mapping_count, heap_->mapping_count())
 GPUMEM_VMM_POOL_GETTER(slabs_created, created_)
 GPUMEM_VMM_POOL_GETTER(slabs_moved, moved_)
 GPUMEM_VMM_POOL_GETTER(slabs_released, released_)

@@ -386,12 +386,94 @@ TEST(vmm_pool_memory_resource, moved_slabs_hold_memory_on_the_backend_and_other_
 
 // ---- failures ---------------------------------------------------------------------------------------------------
 
-TEST(vmm_pool_memory_resource, a_create_failure_is_out_of_memory_and_the_pool_works_again_after)
+// ---- larger mappings (max_mapping_size) -------------------------------------------------------------------------
+
+vmm_pool_options pieces_of(std::size_t slab_size, std::size_t max_mapping_size)
+{
+  vmm_pool_options options = slabs_of(slab_size);
+  options.max_mapping_size = max_mapping_size;
+  return options;
+}
+
+TEST(vmm_pool_memory_resource, growth_creates_pieces_of_up_to_max_mapping_size_and_they_go_back_whole)
 {
   simulated_vmm_provider provider;
-  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  vmm_pool_memory_resource pool{borrow(provider), pieces_of(granule, 4 * granule + granule / 2)};
+  EXPECT_EQ(pool.max_mapping_size(), 4 * granule) << "rounded down to whole slabs";
+  void* a = pool.allocate(10 * granule);  // 10 slabs: pieces of 4, 4 and 2
+  EXPECT_EQ(provider.create_calls(), 3U);
+  EXPECT_EQ(provider.map_calls(), 3U);
+  EXPECT_EQ(pool.mapping_count(), 3U);
+  EXPECT_EQ(pool.slab_count(), 10U);
+  EXPECT_EQ(pool.slabs_created(), 10U);
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(a, 10 * granule);
+  // A block in the middle piece keeps that piece; the other two go back.
+  void* b = pool.allocate(granule);                      // slab 0: the first piece stays
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(pool.release_unused(), 6 * granule) << "pieces 2 (4 slabs) and 3 (2 slabs)";
+  EXPECT_EQ(pool.mapping_count(), 1U);
+  EXPECT_EQ(provider.physical_bytes(), 4 * granule);
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(b, granule);
+  EXPECT_EQ(pool.release_unused(), 4 * granule);
+  EXPECT_EQ(provider.physical_bytes(), 0U);
+  EXPECT_EQ(pool.slabs_released(), 10U);
+  EXPECT_TRUE(books_balance(pool, provider));
+}
+
+TEST(vmm_pool_memory_resource, a_wholly_free_piece_moves_whole_instead_of_memory_being_created)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), pieces_of(granule, 3 * granule)};
+  void* low = pool.allocate(granule);        // piece 1 (1 slab)
+  void* piece = pool.allocate(3 * granule);  // piece 2 (3 slabs)
+  void* top = pool.allocate(granule);        // piece 3 (1 slab)
+  ASSERT_EQ(pool.mapping_count(), 3U);
+  pool.deallocate(piece, 3 * granule);       // wholly free, between two used pieces
+  std::size_t const creates = provider.create_calls();
+  std::size_t const physical = pool.physical_bytes();
+  void* big = pool.allocate(4 * granule);    // no free range holds it: the top grows by 4 slabs
+  EXPECT_EQ(address_of(big), address_of(top) + granule);
+  EXPECT_EQ(pool.slabs_moved(), 3U) << "the 3-slab piece moves whole";
+  EXPECT_EQ(provider.create_calls() - creates, 1U) << "only the fourth slab is new";
+  EXPECT_EQ(pool.physical_bytes(), physical + granule);
+  EXPECT_TRUE(books_balance(pool, provider));
+  for (auto [p, bytes] : {std::pair{low, granule}, {top, granule}, {big, 4 * granule}}) { pool.deallocate(p, bytes); }
+  (void)pool.release_unused();
+  EXPECT_EQ(provider.physical_bytes(), 0U);
+  EXPECT_TRUE(books_balance(pool, provider));
+}
+
+TEST(vmm_pool_memory_resource, pieces_of_several_slabs_hold_memory_on_the_backend_across_their_boundaries)
+{
+  cuda_stream stream;
+  vmm_pool_memory_resource pool{pieces_of(granule, 3 * granule)};
+  void* a = pool.allocate(7 * granule + 512, stream.view());  // pieces of 3, 3 and 2 slabs
+  EXPECT_EQ(pool.mapping_count(), 3U);
+  write_pattern(a, 7 * granule + 512, 11, stream.value());
+  EXPECT_TRUE(has_pattern(a, 7 * granule + 512, 11, stream.value()));
+  pool.deallocate(a, 7 * granule + 512, stream.view());
+  void* b = pool.allocate(4 * granule, stream.view());  // reuses the first two pieces in place
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(pool.slabs_created(), 8U);
+  write_pattern(b, 4 * granule, 12, stream.value());
+  EXPECT_TRUE(has_pattern(b, 4 * granule, 12, stream.value()));
+  EXPECT_EQ(pool.release_unused(), 2 * granule) << "only the last piece is wholly free";
+  pool.deallocate(b, 4 * granule, stream.view());
+  EXPECT_EQ(pool.release_unused(), 6 * granule);
+  EXPECT_EQ(pool.physical_bytes(), 0U);
+  pool.check_invariants();
+}
+
+/// A growth of 11 slabs whose creation fails after `creates` successful ones: out_of_memory naming the
+/// request, nothing created for it kept, and the same request succeeds once creation works again.
+void expect_a_create_failure_leaves_no_trace(vmm_pool_options const& options, std::size_t creates)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), options};
   void* a = pool.allocate(granule);
-  provider.fail_create_after(3);
+  provider.fail_create_after(creates);
   constexpr std::size_t request = 10 * granule + 1024;
   try {
     void* p = pool.allocate(request);
@@ -405,7 +487,8 @@ TEST(vmm_pool_memory_resource, a_create_failure_is_out_of_memory_and_the_pool_wo
   }
   EXPECT_TRUE(books_balance(pool, provider));
   EXPECT_EQ(pool.bytes_in_use(), granule);
-  EXPECT_EQ(pool.physical_bytes(), granule) << "the three slabs created for the failed request go back to the device";
+  EXPECT_EQ(pool.physical_bytes(), granule) << "what was created for the failed request goes back to the device";
+  EXPECT_EQ(provider.physical_bytes(), granule);
   provider.clear_failures();
   void* b = pool.allocate(request);
   EXPECT_TRUE(books_balance(pool, provider));
@@ -414,6 +497,16 @@ TEST(vmm_pool_memory_resource, a_create_failure_is_out_of_memory_and_the_pool_wo
   (void)pool.release_unused();
   EXPECT_EQ(provider.physical_bytes(), 0U);
   EXPECT_TRUE(books_balance(pool, provider));
+}
+
+TEST(vmm_pool_memory_resource, a_create_failure_is_out_of_memory_and_the_pool_works_again_after)
+{
+  expect_a_create_failure_leaves_no_trace(slabs_of(granule), 3);
+}
+
+TEST(vmm_pool_memory_resource, a_create_failure_in_a_growth_of_several_pieces_gives_the_pieces_back)
+{
+  expect_a_create_failure_leaves_no_trace(pieces_of(granule, 4 * granule), 2);  // 4 + 4 slabs, then a failure
 }
 
 TEST(vmm_pool_memory_resource, a_map_failure_is_a_cuda_error_and_leaks_no_handle)

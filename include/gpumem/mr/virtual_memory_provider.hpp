@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -146,8 +147,8 @@ class GPUMEM_EXPORT simulated_vmm_provider final : public virtual_memory_provide
   mutable std::mutex mutex_;
   std::uintptr_t next_reservation_;
   std::vector<std::pair<std::uintptr_t, std::size_t>> reservations_;
-  std::vector<std::pair<physical_handle, std::size_t>> handles_;   // live handles and sizes
-  std::vector<std::pair<std::uintptr_t, std::size_t>> mappings_;  // address, bytes
+  std::map<physical_handle, std::size_t> handles_;   // live handles -> bytes
+  std::map<std::uintptr_t, std::size_t> mappings_;    // address -> bytes (O(log n) checks: thousands of slabs)
   physical_handle next_handle_{1};
   std::size_t physical_bytes_{};
   std::size_t mapped_bytes_{};

@@ -72,6 +72,13 @@ struct vmm_pool_options {
   /// Bytes of physical memory per slab, rounded up to the device's granularity (2 MiB on Hopper). Smaller
   /// slabs waste less at the peak and cost more calls to grow (docs/PERFORMANCE.md measured 32 MiB).
   std::size_t slab_size{std::size_t{32} << 20};
+  /// The most bytes one new piece of physical memory may cover (rounded down to whole slabs, at least one);
+  /// none (the default): one slab. Growth creates what it needs in pieces of up to this size, each with
+  /// one cuMemCreate + cuMemMap + cuMemSetAccess, whose cost hardly depends on the size (32 MiB: 40 us,
+  /// 512 MiB: 66 us on an H200). But a piece moves and goes back to the device only whole, so larger
+  /// pieces grow faster and hold more: on the PyTorch logs of docs/PERFORMANCE.md ("Fragmentation"),
+  /// 128 MiB pieces over 32 MiB slabs made growth up to 1.7x faster and the peak up to 1.6 % larger.
+  std::optional<std::size_t> max_mapping_size{};
   /// Bytes of virtual address space to reserve (at least one slab; rounded up to slabs); none: four times
   /// the device's total memory.
   std::optional<std::size_t> reservation_size{};
@@ -129,6 +136,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   [[nodiscard]] std::size_t free_bytes() const noexcept;
   [[nodiscard]] std::size_t largest_free_block() const noexcept;
   [[nodiscard]] std::size_t slab_count() const noexcept;
+  /** @return how many pieces of physical memory back the slabs. */
+  [[nodiscard]] std::size_t mapping_count() const noexcept;
+  [[nodiscard]] std::size_t max_mapping_size() const noexcept;
   /** @return how many slabs were created, moved (unmapped and mapped elsewhere) and released since construction. */
   [[nodiscard]] std::size_t slabs_created() const noexcept;
   [[nodiscard]] std::size_t slabs_moved() const noexcept;
@@ -169,11 +179,11 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// With a release threshold: releases wholly free slabs beyond the threshold (after their streams'
   /// work, a host wait). Lock held.
   void release_over_threshold() noexcept;
-  /// Removes the wholly free slab at `address` from the heap and unmaps it after the work of the streams
-  /// that freed memory in it (the slab stays if that wait fails). Lock held. @return its handle, unreleased.
+  /// Removes the wholly free mapping at `address` from the heap and unmaps it after the work of the
+  /// streams that freed memory in it (it stays if that wait fails). Lock held. @return its handle, unreleased.
   [[nodiscard]] physical_handle take_down(std::uintptr_t address);
-  /// Unmaps and releases the wholly free slabs in `slabs` (after their streams). Lock held. @return bytes.
-  std::size_t release_slabs(std::vector<std::uintptr_t> const& slabs);
+  /// Unmaps and releases the wholly free `mappings` (after their streams). Lock held. @return bytes.
+  std::size_t release_mappings(std::vector<detail::virtual_heap::mapping> const& mappings);
   [[noreturn]] void fail(std::size_t bytes, std::string_view why);
 
   std::unique_ptr<virtual_memory_provider> provider_;
@@ -186,6 +196,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::vector<stream_slot> slots_;              // guarded by mutex_; index = bit in the heap's masks
   std::size_t bytes_in_use_{};
   std::size_t peak_physical_{};
+  std::size_t max_mapping_slabs_{1};
   std::size_t created_{}, moved_{}, released_{};
 };
 

@@ -59,6 +59,8 @@ struct replay_resource_options {
   std::size_t simulated_capacity{mr::simulated_memory_resource::default_capacity};
   /// The vmm resource's slab size (vmm_pool_options::slab_size).
   std::size_t vmm_slab_size{std::size_t{32} << 20};
+  /// The vmm resource's vmm_pool_options::max_mapping_size (none: one slab per mapping).
+  std::optional<std::size_t> vmm_max_mapping_size{};
 };
 
 /**

@@ -225,6 +225,7 @@ std::optional<virtual_heap::growth_plan> virtual_heap::plan_growth(std::size_t b
   // Reserved for the chosen place: the free ranges it extends (their slabs must stay).
   std::uintptr_t keep_begin = 0;
   std::uintptr_t keep_end = 0;
+  std::size_t gap_slabs = 0;  // of the chosen gap
   auto consider = [&](std::uintptr_t gap_begin, std::uintptr_t gap_end) {
     if (gap_begin >= gap_end) { return; }
     std::size_t const left = free_ending_at(gap_begin);
@@ -242,56 +243,84 @@ std::optional<virtual_heap::growth_plan> virtual_heap::plan_growth(std::size_t b
       best = growth_plan{gap_begin, slabs, {}};
       keep_begin = gap_begin - left;
       keep_end = slabs * slab_size_ == gap ? gap_end + right : gap_begin;
+      gap_slabs = gap / slab_size_;
     }
   };
   std::uintptr_t previous_end = base_;
-  for (auto const& [address, handle] : slabs_) {
+  for (auto const& [address, m] : mappings_) {
     consider(previous_end, address);
-    previous_end = address + slab_size_;
+    previous_end = address + m.slabs * slab_size_;
   }
   consider(previous_end, base_ + size_);
   if (!best) { return std::nullopt; }
-  for (std::uintptr_t const slab : wholly_free_slabs()) {
-    if (best->movable.size() == best->slabs) { break; }
-    if (slab + slab_size_ > keep_begin && slab < keep_end) { continue; }
-    best->movable.push_back(slab);
+  std::size_t still_needed = best->slabs;
+  for (mapping const& m : wholly_free_mappings()) {
+    if (still_needed == 0) { break; }
+    if (m.slabs > still_needed) { continue; }
+    if (m.address + m.slabs * slab_size_ > keep_begin && m.address < keep_end) { continue; }
+    best->movable.push_back(m);
+    still_needed -= m.slabs;
+  }
+  // Still short, and a larger wholly free mapping elsewhere: move it whole (the growth backs more than it
+  // needs, the extra slabs free at the new place) rather than create memory, when the gap has room.
+  if (still_needed > 0 && keep_end == best->address) {
+    std::optional<mapping> larger;
+    for (mapping const& m : wholly_free_mappings()) {
+      if (m.slabs <= still_needed || best->slabs - still_needed + m.slabs > gap_slabs) { continue; }
+      if (m.address + m.slabs * slab_size_ > keep_begin && m.address < keep_end) { continue; }
+      if (std::find(best->movable.begin(), best->movable.end(), m) != best->movable.end()) { continue; }
+      if (!larger || m.slabs < larger->slabs) { larger = m; }
+    }
+    if (larger) {
+      best->movable.push_back(*larger);
+      best->slabs += larger->slabs - still_needed;
+    }
   }
   return best;
 }
 
-void virtual_heap::back(std::uintptr_t address, std::uint64_t handle)
+void virtual_heap::back(std::uintptr_t address, std::uint64_t handle, std::size_t slabs)
 {
-  require(address >= base_ && address < base_ + size_ && (address - base_) % slab_size_ == 0, [&] { return std::string{} + "slab " + hex(address) + " is not a slab address of the reservation"; });
-  require(!slabs_.contains(address), [&] { return std::string{} + "slab " + hex(address) + " is already backed"; });
-  slabs_.emplace(address, handle);
-  backed_[(address - base_) / slab_size_] = true;
+  require(slabs > 0, [&] { return std::string{} + "mapping " + hex(address) + " has no slabs"; });
+  require(address >= base_ && address < base_ + size_ && (address - base_) % slab_size_ == 0 &&
+            slabs <= (base_ + size_ - address) / slab_size_,
+          [&] { return std::string{} + "mapping at " + hex(address) + ": not a slab address of the reservation, or " +
+                       std::to_string(slabs) + " slabs from it do not fit in it"; });
+  std::size_t const first = (address - base_) / slab_size_;
+  for (std::size_t i = first; i < first + slabs; ++i) {
+    require(!backed_[i], [&] { return std::string{} + "slab " + hex(base_ + i * slab_size_) + " is already backed"; });
+  }
+  mappings_.emplace(address, mapped{handle, slabs});
   try {
-    insert_range(address, slab_size_, 0);
+    insert_range(address, slabs * slab_size_, 0);
   } catch (...) {
-    slabs_.erase(address);
-    backed_[(address - base_) / slab_size_] = false;
+    mappings_.erase(address);
     throw;
   }
+  for (std::size_t i = first; i < first + slabs; ++i) { backed_[i] = true; }
+  backed_slabs_ += slabs;
 }
 
-std::pair<std::uint64_t, std::uint64_t> virtual_heap::unback(std::uintptr_t address)
+virtual_heap::unbacked virtual_heap::unback(std::uintptr_t address)
 {
-  auto const slab = slabs_.find(address);
-  require(slab != slabs_.end(), [&] { return std::string{} + "no slab at " + hex(address); });
-  auto const found = containing(address, slab_size_);
-  require(found != by_address_.end(), [&] { return std::string{} + "slab " + hex(address) + " is not wholly free"; });
+  auto const found_mapping = mappings_.find(address);
+  require(found_mapping != mappings_.end(), [&] { return std::string{} + "no mapping at " + hex(address); });
+  std::size_t const slabs = found_mapping->second.slabs;
+  std::size_t const bytes = slabs * slab_size_;
+  auto const found = containing(address, bytes);
+  require(found != by_address_.end(), [&] { return std::string{} + "mapping " + hex(address) + " is not wholly free"; });
   auto const where = by_address_.find(found->first);
   std::uintptr_t const begin = where->first;
   std::size_t const size = where->second.size;
   std::uint64_t const streams = where->second.streams;
-  // The parts before and after the slab stay free with the same streams. The only allocation (a second
+  // The parts before and after the mapping stay free with the same streams. The only allocation (a second
   // range, when both parts exist) comes first, so a std::bad_alloc changes nothing.
   std::size_t const before = address - begin;
-  std::size_t const after = begin + size - (address + slab_size_);
+  std::size_t const after = begin + size - (address + bytes);
   if (before > 0 && after > 0) {
-    auto const inserted = by_address_.emplace(address + slab_size_, range{after, streams}).first;
+    auto const inserted = by_address_.emplace(address + bytes, range{after, streams}).first;
     try {
-      by_size_.insert({after, address + slab_size_});
+      by_size_.insert({after, address + bytes});
     } catch (...) {
       by_address_.erase(inserted);
       throw;
@@ -301,28 +330,32 @@ std::pair<std::uint64_t, std::uint64_t> virtual_heap::unback(std::uintptr_t addr
   } else if (before > 0) {
     reshape(where, begin, before);
   } else if (after > 0) {
-    reshape(where, address + slab_size_, after);
+    reshape(where, address + bytes, after);
   } else {
     erase_range(where);
   }
-  std::uint64_t const handle = slab->second;
-  slabs_.erase(slab);
-  backed_[(address - base_) / slab_size_] = false;
-  return {handle, streams};
+  std::uint64_t const handle = found_mapping->second.handle;
+  mappings_.erase(found_mapping);
+  std::size_t const first = (address - base_) / slab_size_;
+  for (std::size_t i = first; i < first + slabs; ++i) { backed_[i] = false; }
+  backed_slabs_ -= slabs;
+  return {handle, slabs, streams};
 }
 
-std::vector<std::uintptr_t> virtual_heap::wholly_free_slabs() const
+std::vector<virtual_heap::mapping> virtual_heap::wholly_free_mappings() const
 {
-  // Only a free range of at least a slab can hold one: walk those (by_size_ from slab_size up), not every
-  // slab, so that growing costs O(large ranges + result) rather than a lookup per slab.
-  std::vector<std::uintptr_t> result;
+  // Only a free range of at least a slab can hold one: walk those (by_size_ from slab_size up), and the
+  // mappings inside each, not every mapping, so that growing costs O(large ranges + result).
+  std::vector<mapping> result;
   for (auto it = by_size_.lower_bound({slab_size_, 0}); it != by_size_.end(); ++it) {
     auto const [size, address] = *it;
-    std::uintptr_t slab = slab_of(address);
-    if (slab < address) { slab += slab_size_; }
-    for (; slab + slab_size_ <= address + size; slab += slab_size_) { result.push_back(slab); }
+    for (auto m = mappings_.lower_bound(address); m != mappings_.end(); ++m) {
+      std::uintptr_t const end = m->first + m->second.slabs * slab_size_;
+      if (end > address + size) { break; }
+      result.push_back({m->first, m->second.slabs});
+    }
   }
-  std::sort(result.begin(), result.end(), std::greater<>{});
+  std::sort(result.begin(), result.end(), [](mapping const& a, mapping const& b) { return a.address > b.address; });
   return result;
 }
 
@@ -355,10 +388,21 @@ void virtual_heap::check_invariants() const
     total += r.size;
   }
   if (total != free_bytes_) { fail("free bytes " + std::to_string(free_bytes_) + " != sum " + std::to_string(total)); }
-  for (auto const& [address, handle] : slabs_) {
-    if (address < base_ || address >= base_ + size_ || (address - base_) % slab_size_ != 0) {
-      fail("slab " + hex(address) + " misplaced");
+  std::uintptr_t mapped_end = base_;
+  std::size_t slabs = 0;
+  for (auto const& [address, m] : mappings_) {
+    if (address < mapped_end || (address - base_) % slab_size_ != 0 || m.slabs == 0 ||
+        m.slabs > (base_ + size_ - address) / slab_size_) {
+      fail("mapping " + hex(address) + " of " + std::to_string(m.slabs) + " slabs misplaced or overlapping");
     }
+    for (std::size_t i = (address - base_) / slab_size_; i < (address - base_) / slab_size_ + m.slabs; ++i) {
+      if (!backed_[i]) { fail("slab " + hex(base_ + i * slab_size_) + " of a mapping is not marked backed"); }
+    }
+    mapped_end = address + m.slabs * slab_size_;
+    slabs += m.slabs;
+  }
+  if (slabs != backed_slabs_ || static_cast<std::size_t>(std::count(backed_.begin(), backed_.end(), true)) != slabs) {
+    fail("the backed slabs (" + std::to_string(backed_slabs_) + ") do not match the mappings (" + std::to_string(slabs) + ")");
   }
 }
 

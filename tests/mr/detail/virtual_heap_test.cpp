@@ -33,6 +33,14 @@ constexpr std::uintptr_t at(std::size_t first_unit) { return base + first_unit *
 constexpr std::uintptr_t slab_at(std::size_t index) { return base + index * slab; }
 constexpr std::uint64_t handle_of(std::size_t index) { return 1000 + index; }
 
+/// The addresses of `mappings` (each one slab here unless a test says otherwise).
+std::vector<std::uintptr_t> addresses(std::vector<virtual_heap::mapping> const& mappings)
+{
+  std::vector<std::uintptr_t> result;
+  for (auto const& m : mappings) { result.push_back(m.address); }
+  return result;
+}
+
 /// A heap of `slabs` slabs of 32 units each, the given ones backed (handle 1000 + index).
 virtual_heap make_heap(std::size_t slabs, std::vector<std::size_t> const& backed = {})
 {
@@ -124,7 +132,7 @@ TEST(virtual_heap, starts_with_nothing_backed_and_nothing_free)
   EXPECT_EQ(heap.free_range_count(), 0U);
   EXPECT_EQ(heap.largest_free_range(), 0U);
   EXPECT_FALSE(heap.take(unit).has_value());
-  EXPECT_TRUE(heap.wholly_free_slabs().empty());
+  EXPECT_TRUE(addresses(heap.wholly_free_mappings()).empty());
   heap.check_invariants();
 }
 
@@ -149,7 +157,10 @@ TEST(virtual_heap, backed_slabs_are_free_and_adjacent_slabs_make_one_free_range)
   // A block across the slab boundaries 0|1 and 1|2.
   EXPECT_TRUE(takes(heap, 3 * slab_units + 5, 0));
   std::vector<std::pair<std::uintptr_t, std::uint64_t>> slabs;
-  heap.for_each_slab([&](std::uintptr_t address, std::uint64_t handle) { slabs.emplace_back(address, handle); });
+  heap.for_each_mapping([&](std::uintptr_t address, std::uint64_t handle, std::size_t bytes) {
+    EXPECT_EQ(bytes, slab);
+    slabs.emplace_back(address, handle);
+  });
   EXPECT_EQ(slabs, (std::vector<std::pair<std::uintptr_t, std::uint64_t>>{
                      {slab_at(0), handle_of(0)}, {slab_at(1), handle_of(1)}, {slab_at(2), handle_of(2)},
                      {slab_at(3), handle_of(3)}}));
@@ -417,20 +428,20 @@ TEST(virtual_heap, movable_lists_wholly_free_slabs_elsewhere_highest_first_at_mo
   give(heap, 3 * slab_units, 2 * slab_units);
   give(heap, 6 * slab_units + 16, 16 + slab_units);
   heap.check_invariants();
-  EXPECT_EQ(heap.wholly_free_slabs(), (std::vector{slab_at(7), slab_at(4), slab_at(3), slab_at(1)}));
+  EXPECT_EQ(addresses(heap.wholly_free_mappings()), (std::vector{slab_at(7), slab_at(4), slab_at(3), slab_at(1)}));
   auto plan = heap.plan_growth(100 * unit);  // 48 free at the top: 52 missing, two slabs
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->address, slab_at(8));
   EXPECT_EQ(plan->slabs, 2U);
-  EXPECT_EQ(plan->movable, (std::vector{slab_at(4), slab_at(3)}))
+  EXPECT_EQ(addresses(plan->movable), (std::vector{slab_at(4), slab_at(3)}))
     << "slab 7 belongs to the range the plan extends; at most two";
   plan = heap.plan_growth(160 * unit);  // 112 missing: four slabs, three movable
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->slabs, 4U);
-  EXPECT_EQ(plan->movable, (std::vector{slab_at(4), slab_at(3), slab_at(1)}));
+  EXPECT_EQ(addresses(plan->movable), (std::vector{slab_at(4), slab_at(3), slab_at(1)}));
   // Carried out as the resource does: unmap the movable slabs, map their handles at the new place.
   std::vector<std::uint64_t> handles;
-  for (std::uintptr_t const s : plan->movable) { handles.push_back(heap.unback(s).first); }
+  for (auto const& m : plan->movable) { handles.push_back(heap.unback(m.address).handle); }
   EXPECT_EQ(handles, (std::vector<std::uint64_t>{handle_of(4), handle_of(3), handle_of(1)}));
   for (std::size_t i = 0; i < plan->slabs; ++i) {
     heap.back(plan->address + i * slab, i < handles.size() ? handles[i] : 99);
@@ -448,7 +459,7 @@ TEST(virtual_heap, movable_never_takes_slabs_of_the_right_neighbour_the_plan_joi
   use_all(heap);
   give(heap, 22, 10);
   give(heap, 2 * slab_units, slab_units + 5);
-  EXPECT_EQ(heap.wholly_free_slabs(), std::vector{slab_at(2)});
+  EXPECT_EQ(addresses(heap.wholly_free_mappings()), std::vector{slab_at(2)});
   // 50 units: the gap at slab 1 with both neighbours (10 + 32 + 37) needs one slab, the top gap two.
   auto plan = heap.plan_growth(50 * unit);
   ASSERT_TRUE(plan.has_value());
@@ -462,14 +473,113 @@ TEST(virtual_heap, movable_never_takes_slabs_of_the_right_neighbour_the_plan_joi
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->address, slab_at(1));
   EXPECT_EQ(plan->slabs, 1U);
-  EXPECT_EQ(plan->movable, std::vector{slab_at(5)});
+  EXPECT_EQ(addresses(plan->movable), std::vector{slab_at(5)});
   // Carried out: slab 5's memory moves to slab 1; the request fits in the joined range.
-  auto const [handle, streams] = heap.unback(slab_at(5));
+  auto const [handle, slabs, streams] = heap.unback(slab_at(5));
   EXPECT_EQ(handle, handle_of(5));
+  EXPECT_EQ(slabs, 1U);
   EXPECT_EQ(streams, 0U);
   heap.back(slab_at(1), handle);
   EXPECT_TRUE(takes(heap, 50, 22));
   heap.check_invariants();
+}
+
+// ---- mappings of several slabs ----------------------------------------------------------------------------------
+
+TEST(virtual_heap, a_mapping_of_several_slabs_backs_them_all_and_goes_back_only_whole)
+{
+  virtual_heap heap = make_heap(8, {0});
+  heap.back(slab_at(1), 77, 3);  // slabs 1..3, one piece
+  heap.check_invariants();
+  EXPECT_EQ(heap.slab_count(), 4U);
+  EXPECT_EQ(heap.mapping_count(), 2U);
+  EXPECT_EQ(heap.backed_bytes(), 4 * slab);
+  EXPECT_EQ(heap.free_range_count(), 1U) << "slab 0 and the mapping touch: one free range";
+  std::vector<std::pair<std::uintptr_t, std::size_t>> seen;
+  heap.for_each_mapping([&](std::uintptr_t address, std::uint64_t, std::size_t bytes) { seen.emplace_back(address, bytes); });
+  EXPECT_EQ(seen, (std::vector<std::pair<std::uintptr_t, std::size_t>>{{slab_at(0), slab}, {slab_at(1), 3 * slab}}));
+  // Every slab of it counts as backed; none can be backed again, and a mapping past the end is refused.
+  EXPECT_TRUE(throws_naming([&] { heap.back(slab_at(3), 7); }, "already backed"));
+  EXPECT_TRUE(throws_naming([&] { heap.back(slab_at(4), 7, 5); }, "do not fit"));
+  EXPECT_TRUE(throws_naming([&] { heap.back(slab_at(4), 7, 0); }, "no slabs"));
+  heap.check_invariants();
+  // One unit in use anywhere in it keeps it; a slab inside it is no mapping of its own.
+  std::size_t const first = take_units(heap, slab_units + 1);  // slab 0 and the mapping's first unit
+  EXPECT_EQ(first, 0U);
+  EXPECT_EQ(addresses(heap.wholly_free_mappings()), std::vector<std::uintptr_t>{})
+    << "slabs 2 and 3 are free, but their mapping is not wholly free";
+  EXPECT_TRUE(throws_naming([&] { (void)heap.unback(slab_at(1)); }, "not wholly free"));
+  EXPECT_TRUE(throws_naming([&] { (void)heap.unback(slab_at(2)); }, "no mapping"));
+  give(heap, 0, slab_units + 1, 0b10);
+  EXPECT_EQ(addresses(heap.wholly_free_mappings()), (std::vector{slab_at(1), slab_at(0)}));
+  auto const taken = heap.unback(slab_at(1));
+  EXPECT_EQ(taken.handle, 77U);
+  EXPECT_EQ(taken.slabs, 3U);
+  EXPECT_EQ(taken.streams, 0b10U);
+  EXPECT_EQ(heap.slab_count(), 1U);
+  EXPECT_EQ(heap.free_bytes(), slab);
+  heap.check_invariants();
+  heap.back(slab_at(2), 78, 2);  // the slabs are free to back again, in another shape
+  EXPECT_EQ(heap.slab_count(), 3U);
+  heap.check_invariants();
+}
+
+TEST(virtual_heap, movable_mappings_fit_what_the_growth_still_needs_or_one_larger_moves_whole)
+{
+  // Slabs 0..5 in use; a wholly free mapping of 3 slabs at 6..8 and one of 1 slab at 10 (9 in use).
+  virtual_heap heap = make_heap(32, {0, 1, 2, 3, 4, 5});
+  heap.back(slab_at(6), 60, 3);
+  heap.back(slab_at(9), handle_of(9));
+  heap.back(slab_at(10), handle_of(10));
+  heap.back(slab_at(11), handle_of(11));
+  use_all(heap);
+  give(heap, 6 * slab_units, 3 * slab_units);
+  give(heap, 10 * slab_units, slab_units);
+  heap.check_invariants();
+  EXPECT_EQ(heap.wholly_free_mappings(), (std::vector<virtual_heap::mapping>{{slab_at(10), 1}, {slab_at(6), 3}}));
+  // 4 slabs (more than any free range): both fit, the top grows by 4 with nothing created.
+  auto plan = heap.plan_growth(4 * slab);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->address, slab_at(12));
+  EXPECT_EQ(plan->slabs, 4U);
+  EXPECT_EQ(plan->movable, (std::vector<virtual_heap::mapping>{{slab_at(10), 1}, {slab_at(6), 3}}));
+  // 5 slabs: both move, one slab is still to create.
+  plan = heap.plan_growth(5 * slab);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->slabs, 5U);
+  EXPECT_EQ(plan->movable.size(), 2U);
+  // Take the one-slab mapping out of play: a 2-slab growth can then only move the 3-slab mapping, whole.
+  auto const one = heap.take(slab);
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(one->address, slab_at(10));
+  plan = heap.plan_growth(2 * slab);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->address, slab_at(12));
+  EXPECT_EQ(plan->movable, (std::vector<virtual_heap::mapping>{{slab_at(6), 3}}));
+  EXPECT_EQ(plan->slabs, 3U) << "the growth backs the whole moved mapping";
+  // Carried out as the resource does.
+  auto const taken = heap.unback(slab_at(6));
+  heap.back(plan->address, taken.handle, taken.slabs);
+  heap.check_invariants();
+  EXPECT_TRUE(takes(heap, 2 * slab_units, 12 * slab_units));
+  EXPECT_EQ(heap.free_bytes(), slab);
+}
+
+TEST(virtual_heap, a_larger_mapping_does_not_move_into_a_gap_too_small_for_it)
+{
+  // Slab 0 free next to a one-slab hole at 1; slabs 2, 3 and 7 in use; a wholly free 3-slab mapping at 4..6.
+  // Two slabs fit best in the hole (one new slab); the mapping cannot go there whole, so the plan creates.
+  virtual_heap heap = make_heap(16, {0, 2, 3, 7});
+  heap.back(slab_at(4), 40, 3);
+  use_all(heap);
+  give(heap, 0, slab_units);
+  give(heap, 4 * slab_units, 3 * slab_units);
+  heap.check_invariants();
+  auto const plan = heap.plan_growth(2 * slab);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ(plan->address, slab_at(1));
+  EXPECT_EQ(plan->slabs, 1U);
+  EXPECT_TRUE(plan->movable.empty()) << "three slabs do not fit a one-slab hole";
 }
 
 // ---- unback and wholly_free_slabs ---------------------------------------------------------------------------------
@@ -479,8 +589,9 @@ TEST(virtual_heap, unback_in_the_middle_of_a_free_range_keeps_both_sides_with_th
   virtual_heap heap = make_heap(4, {0, 1, 2});
   (void)take_units(heap, 3 * slab_units);
   give(heap, 16, 64, 0b101);  // slab 0's top half, slab 1, slab 2's first half: one range
-  auto const [handle, streams] = heap.unback(slab_at(1));
+  auto const [handle, slabs, streams] = heap.unback(slab_at(1));
   EXPECT_EQ(handle, handle_of(1));
+  EXPECT_EQ(slabs, 1U);
   EXPECT_EQ(streams, 0b101U);
   heap.check_invariants();
   EXPECT_EQ(heap.slab_count(), 2U);
@@ -500,19 +611,23 @@ TEST(virtual_heap, unback_at_either_end_of_a_free_range_and_of_a_whole_range)
   (void)take_units(heap, 4 * slab_units);
   give(heap, 0, 4 * slab_units, 0b11);
   for (std::size_t const index : {std::size_t{0}, std::size_t{3}, std::size_t{1}}) {  // start, end, start
-    auto const [handle, streams] = heap.unback(slab_at(index));
+    auto const [handle, slabs, streams] = heap.unback(slab_at(index));
     EXPECT_EQ(handle, handle_of(index));
+    EXPECT_EQ(slabs, 1U);
     EXPECT_EQ(streams, 0b11U);
     heap.check_invariants();
     EXPECT_EQ(heap.free_range_count(), 1U) << "after slab " << index;
   }
   EXPECT_EQ(heap.free_bytes(), slab);
-  EXPECT_EQ(heap.unback(slab_at(2)), (std::pair<std::uint64_t, std::uint64_t>{handle_of(2), 0b11}));  // a whole range
+  auto const whole = heap.unback(slab_at(2));  // a whole range
+  EXPECT_EQ(whole.handle, handle_of(2));
+  EXPECT_EQ(whole.slabs, 1U);
+  EXPECT_EQ(whole.streams, 0b11U);
   EXPECT_EQ(heap.free_range_count(), 0U);
   EXPECT_EQ(heap.free_bytes(), 0U);
   EXPECT_EQ(heap.slab_count(), 0U);
   heap.check_invariants();
-  EXPECT_TRUE(throws_naming([&] { (void)heap.unback(slab_at(2)); }, "no slab"));
+  EXPECT_TRUE(throws_naming([&] { (void)heap.unback(slab_at(2)); }, "no mapping"));
 }
 
 TEST(virtual_heap, unback_of_a_slab_not_wholly_free_throws_and_changes_nothing)
@@ -524,13 +639,13 @@ TEST(virtual_heap, unback_of_a_slab_not_wholly_free_throws_and_changes_nothing)
   std::size_t const free_before = heap.free_bytes();
   EXPECT_TRUE(throws_naming([&] { (void)heap.unback(slab_at(0)); }, "not wholly free"));
   EXPECT_TRUE(throws_naming([&] { (void)heap.unback(slab_at(1)); }, "not wholly free"));
-  EXPECT_TRUE(throws_naming([&] { (void)heap.unback(slab_at(3)); }, "no slab"));
-  EXPECT_TRUE(throws_naming([&] { (void)heap.unback(slab_at(1) + unit); }, "no slab"));
+  EXPECT_TRUE(throws_naming([&] { (void)heap.unback(slab_at(3)); }, "no mapping"));
+  EXPECT_TRUE(throws_naming([&] { (void)heap.unback(slab_at(1) + unit); }, "no mapping"));
   EXPECT_EQ(heap.free_bytes(), free_before);
   EXPECT_EQ(heap.slab_count(), 3U);
   heap.check_invariants();
-  EXPECT_EQ(heap.wholly_free_slabs(), std::vector{slab_at(2)});
-  EXPECT_EQ(heap.unback(slab_at(2)).first, handle_of(2));
+  EXPECT_EQ(addresses(heap.wholly_free_mappings()), std::vector{slab_at(2)});
+  EXPECT_EQ(heap.unback(slab_at(2)).handle, handle_of(2));
   EXPECT_TRUE(takes(heap, 31, 0));
   EXPECT_TRUE(takes(heap, 31, 33));
 }
@@ -538,16 +653,16 @@ TEST(virtual_heap, unback_of_a_slab_not_wholly_free_throws_and_changes_nothing)
 TEST(virtual_heap, wholly_free_slabs_are_the_slabs_inside_one_free_range_highest_first)
 {
   virtual_heap heap = make_heap(8, {0, 1, 2, 3, 5, 6});  // free: [0,128) and [160,224)
-  EXPECT_EQ(heap.wholly_free_slabs(),
+  EXPECT_EQ(addresses(heap.wholly_free_mappings()),
             (std::vector{slab_at(6), slab_at(5), slab_at(3), slab_at(2), slab_at(1), slab_at(0)}));
   EXPECT_TRUE(takes(heap, 40, 160));  // slab 5 and the start of slab 6
-  EXPECT_EQ(heap.wholly_free_slabs(), (std::vector{slab_at(3), slab_at(2), slab_at(1), slab_at(0)}));
+  EXPECT_EQ(addresses(heap.wholly_free_mappings()), (std::vector{slab_at(3), slab_at(2), slab_at(1), slab_at(0)}));
   EXPECT_TRUE(takes(heap, 33, 0));    // slab 0 and the first unit of slab 1
-  EXPECT_EQ(heap.wholly_free_slabs(), (std::vector{slab_at(3), slab_at(2)}));
+  EXPECT_EQ(addresses(heap.wholly_free_mappings()), (std::vector{slab_at(3), slab_at(2)}));
   give(heap, 160, 40, 1);
-  EXPECT_EQ(heap.wholly_free_slabs(), (std::vector{slab_at(6), slab_at(5), slab_at(3), slab_at(2)}));
+  EXPECT_EQ(addresses(heap.wholly_free_mappings()), (std::vector{slab_at(6), slab_at(5), slab_at(3), slab_at(2)}));
   give(heap, 0, 33, 2);
-  EXPECT_EQ(heap.wholly_free_slabs(),
+  EXPECT_EQ(addresses(heap.wholly_free_mappings()),
             (std::vector{slab_at(6), slab_at(5), slab_at(3), slab_at(2), slab_at(1), slab_at(0)}));
   heap.check_invariants();
 }
@@ -753,12 +868,13 @@ class heap_model {
   }
   std::vector<std::uintptr_t> expected;
   for (std::size_t const s : model.wholly_free_slabs()) { expected.push_back(base + s * model.slab_units() * unit); }
-  if (heap.wholly_free_slabs() != expected) {
+  if (addresses(heap.wholly_free_mappings()) != expected) {
     return ::testing::AssertionFailure() << "wholly free slabs differ from the model's";
   }
   bool handles_match = true;
-  heap.for_each_slab([&](std::uintptr_t address, std::uint64_t handle) {
+  heap.for_each_mapping([&](std::uintptr_t address, std::uint64_t handle, std::size_t bytes) {
     std::size_t const s = (address - base) / (model.slab_units() * unit);
+    handles_match = handles_match && bytes == model.slab_units() * unit;
     handles_match = handles_match && model.handle(s) == handle;
   });
   if (!handles_match) { return ::testing::AssertionFailure() << "a slab's handle differs from the model's"; }
@@ -797,7 +913,9 @@ TEST(virtual_heap, random_sequence_with_growth_moves_and_releases_matches_a_mode
   auto slab_address = [](std::size_t s) { return base + s * slab_bytes; };
   auto slab_index = [](std::uintptr_t address) { return static_cast<std::size_t>((address - base) / slab_bytes); };
   auto unback = [&](std::size_t s) {
-    auto const got = heap.unback(slab_address(s));
+    auto const taken = heap.unback(slab_address(s));
+    EXPECT_EQ(taken.slabs, 1U);
+    auto const got = std::pair{taken.handle, taken.streams};
     auto const expected = model.unback(s);
     EXPECT_EQ(got, expected) << "unback of slab " << s << " (handle, streams)";
     return got.first;
@@ -828,7 +946,10 @@ TEST(virtual_heap, random_sequence_with_growth_moves_and_releases_matches_a_mode
           ASSERT_EQ(plan->address % slab_bytes, 0U);
           ASSERT_EQ(plan->slabs, model_plan->count) << "step " << step;
           std::vector<std::size_t> movable;
-          for (std::uintptr_t const a : plan->movable) { movable.push_back(slab_index(a)); }
+          for (auto const& m : plan->movable) {
+            ASSERT_EQ(m.slabs, 1U);
+            movable.push_back(slab_index(m.address));
+          }
           ASSERT_EQ(movable, model_plan->movable) << "step " << step;
           std::vector<std::uint64_t> handles;
           for (std::size_t const s : movable) { handles.push_back(unback(s)); }

@@ -8,7 +8,9 @@
  * turns its decisions into provider calls (map, unmap, create, release) and stream waits.
  *
  * State:
- *   slabs: address -> physical handle, every slab `slab_size` bytes at a multiple of slab_size from base;
+ *   slabs: the unit of placement, `slab_size` bytes at a multiple of slab_size from base, backed or not;
+ *   mappings: address -> (physical handle, slab count); one piece of physical memory backs one or more
+ *   consecutive slabs (the driver cannot map a piece in parts, so a mapping moves and goes back whole);
  *   free ranges: maximal runs of free backed bytes, each with the set of streams (a 64-bit mask) on which
  *   some of its bytes were freed since the resource last made them safe for every stream.
  *
@@ -18,19 +20,21 @@
  *   plan_growth(bytes), when nothing fits: among the gaps of unbacked addresses (between slabs, and above
  *   the last one), the place that needs the fewest new slabs: a gap whose start touches a free range of
  *   `left` bytes needs ceil((bytes - left) / slab_size) slabs there; a gap filled completely may also use
- *   the free range touching its end. Ties go to the lowest address. The plan also names wholly free slabs
- *   elsewhere (highest addresses first, at most as many as the growth needs), whose physical memory the
- *   resource moves to the new place instead of creating more: so the physical memory grows only when no
- *   slab is wholly free.
+ *   the free range touching its end. Ties go to the lowest address. The plan also names wholly free
+ *   mappings elsewhere (highest addresses first, each only if it fits in what the growth still needs),
+ *   whose physical memory the resource moves to the new place instead of creating more: so the physical
+ *   memory grows only when no mapping small enough is wholly free. The resource creates what is still
+ *   missing, in mappings of its chosen size.
  *
  * Invariants (check_invariants()):
  *   free ranges lie inside backed slabs, do not overlap and never touch (touching ranges are merged);
  *   by_address_ and by_size_ index the same ranges; free_bytes_ is their sum;
- *   every slab is aligned to slab_size and inside [base, base + size).
+ *   mappings are aligned to slab_size, inside [base, base + size), do not overlap, and their slabs are
+ *   exactly the backed ones.
  *
  * Costs: take, give_back O(log n) for n free ranges, with no heap allocation (nodes are reused); back,
- * unback O(log n + log s) for s slabs; plan_growth O(s log n); wholly_free_slabs O(r + w log w) for r free
- * ranges of at least a slab and w results.
+ * unback O(log n + log m + k) for m mappings of k slabs; plan_growth O(m log n); wholly_free_mappings
+ * O(r log m + w log w) for r free ranges of at least a slab and w results.
  * Thread-safety: none (a value type); the resource holds its lock around every call.
  */
 #pragma once
@@ -56,11 +60,26 @@ class GPUMEM_EXPORT virtual_heap {
     std::uint64_t streams;  ///< mask of the resource's stream slots
   };
 
+  /** @brief One mapping: `slabs` consecutive slabs from `address`, backed by one piece of physical memory. */
+  struct mapping {
+    std::uintptr_t address;
+    std::size_t slabs;
+    bool operator==(mapping const&) const = default;
+  };
+
   /** @brief Where to grow (plan_growth). */
   struct growth_plan {
-    std::uintptr_t address;                 ///< the first new slab
-    std::size_t slabs;                      ///< how many slabs to back from `address` upward
-    std::vector<std::uintptr_t> movable;    ///< wholly free slabs elsewhere whose memory may move there
+    std::uintptr_t address;           ///< the first new slab
+    std::size_t slabs;                ///< how many slabs to back from `address` upward
+    std::vector<mapping> movable;     ///< wholly free mappings elsewhere whose memory may move there (their
+                                      ///< slabs add up to at most `slabs`)
+  };
+
+  /** @brief What unback() took out. */
+  struct unbacked {
+    std::uint64_t handle;
+    std::size_t slabs;       ///< of the mapping
+    std::uint64_t streams;   ///< of the free range it was in
   };
 
   /**
@@ -95,21 +114,22 @@ class GPUMEM_EXPORT virtual_heap {
   [[nodiscard]] std::optional<growth_plan> plan_growth(std::size_t bytes) const;
 
   /**
-   * @brief Adds a slab at `address` backed by `handle`; its bytes become free (no stream).
-   * @throws gpumem::logic_error if `address` is misaligned, outside the reservation, or already a slab.
+   * @brief Adds a mapping of `slabs` slabs at `address` backed by `handle`; its bytes become free (no stream).
+   * @throws gpumem::logic_error if `address` is misaligned, `slabs` is 0, or a slab is outside the
+   *         reservation or already backed; nothing changes then.
    */
-  void back(std::uintptr_t address, std::uint64_t handle);
+  void back(std::uintptr_t address, std::uint64_t handle, std::size_t slabs = 1);
 
   /**
-   * @brief Removes the wholly free slab at `address`: its bytes leave the free ranges.
-   * @return its handle and the streams of the free range it was in (whose work must finish before it is
-   *         unmapped).
-   * @throws gpumem::logic_error if there is no slab at `address` or it is not wholly free.
+   * @brief Removes the wholly free mapping that starts at `address`: its bytes leave the free ranges.
+   * @return its handle and slab count, and the streams of the free range it was in (whose work must
+   *         finish before it is unmapped).
+   * @throws gpumem::logic_error if no mapping starts at `address` or it is not wholly free.
    */
-  [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> unback(std::uintptr_t address);
+  [[nodiscard]] unbacked unback(std::uintptr_t address);
 
-  /** @return the slabs whose every byte is free, highest address first. */
-  [[nodiscard]] std::vector<std::uintptr_t> wholly_free_slabs() const;
+  /** @return the mappings whose every byte is free, highest address first. */
+  [[nodiscard]] std::vector<mapping> wholly_free_mappings() const;
 
   /** @return the union of every free range's streams. O(n). */
   [[nodiscard]] std::uint64_t streams_in_use() const noexcept;
@@ -117,19 +137,21 @@ class GPUMEM_EXPORT virtual_heap {
   /** @brief Clears `mask` from every free range's streams (their frees are now safe for every stream). */
   void forget_streams(std::uint64_t mask) noexcept;
 
-  /** @brief Calls visit(address, handle) for every slab, in address order. */
+  /** @brief Calls visit(address, handle, bytes) for every mapping, in address order. */
   template <class Visitor>
-  void for_each_slab(Visitor&& visit) const
+  void for_each_mapping(Visitor&& visit) const
   {
-    for (auto const& [address, handle] : slabs_) { visit(address, handle); }
+    for (auto const& [address, m] : mappings_) { visit(address, m.handle, m.slabs * slab_size_); }
   }
 
   [[nodiscard]] std::uintptr_t base() const noexcept { return base_; }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   [[nodiscard]] std::size_t slab_size() const noexcept { return slab_size_; }
-  [[nodiscard]] std::size_t slab_count() const noexcept { return slabs_.size(); }
+  /** @return how many slabs are backed. */
+  [[nodiscard]] std::size_t slab_count() const noexcept { return backed_slabs_; }
+  [[nodiscard]] std::size_t mapping_count() const noexcept { return mappings_.size(); }
   /** @return slab_count() * slab_size(). */
-  [[nodiscard]] std::size_t backed_bytes() const noexcept { return slabs_.size() * slab_size_; }
+  [[nodiscard]] std::size_t backed_bytes() const noexcept { return backed_slabs_ * slab_size_; }
   [[nodiscard]] std::size_t free_bytes() const noexcept { return free_bytes_; }
   [[nodiscard]] std::size_t free_range_count() const noexcept { return by_address_.size(); }
   [[nodiscard]] std::size_t largest_free_range() const noexcept
@@ -174,8 +196,13 @@ class GPUMEM_EXPORT virtual_heap {
     return backed_[(address - base_) / slab_size_];
   }
 
-  std::map<std::uintptr_t, std::uint64_t> slabs_;               // address -> handle (ordered: gaps, walks)
-  std::vector<bool> backed_;                                    // per slab index: in slabs_ (O(1) checks)
+  struct mapped {
+    std::uint64_t handle;
+    std::size_t slabs;
+  };
+  std::map<std::uintptr_t, mapped> mappings_;                   // address -> mapping (ordered: gaps, walks)
+  std::vector<bool> backed_;                                    // per slab index: in a mapping (O(1) checks)
+  std::size_t backed_slabs_{};
   // Nodes of erased ranges, reused by later insertions: the allocation path makes no heap allocation.
   std::vector<address_index::node_type> spare_address_nodes_;
   std::vector<std::set<std::pair<std::size_t, std::uintptr_t>>::node_type> spare_size_nodes_;
