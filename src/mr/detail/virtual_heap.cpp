@@ -60,8 +60,8 @@ std::optional<virtual_heap::block> virtual_heap::take(std::size_t bytes)
     address_node.key() = address + bytes;
     address_node.mapped().size = size - bytes;
     size_node.value() = {size - bytes, address + bytes};
-    by_address_.insert(after, std::move(address_node));
-    by_size_.insert(std::move(size_node));
+    auto const moved = by_address_.insert(after, std::move(address_node));
+    moved->second.by_size = by_size_.insert(std::move(size_node)).position;
     free_bytes_ -= bytes;
   }
   return block{address, streams};
@@ -107,7 +107,7 @@ void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::u
     merge_previous = previous->first + previous->second.size == address;
   }
   if (merge_previous) {
-    auto size_node = by_size_.extract({previous->second.size, previous->first});
+    auto size_node = by_size_.extract(previous->second.by_size);
     previous->second.size += size;
     previous->second.streams |= streams;
     if (merge_next) {
@@ -116,9 +116,9 @@ void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::u
       recycle(next);  // its bytes stay counted: they are now part of the previous range
     }
     size_node.value() = {previous->second.size, previous->first};
-    by_size_.insert(std::move(size_node));
+    previous->second.by_size = by_size_.insert(std::move(size_node)).position;
   } else if (merge_next) {
-    auto size_node = by_size_.extract({next->second.size, next->first});
+    auto size_node = by_size_.extract(next->second.by_size);
     auto const after = std::next(next);  // the new key sorts where the old one was: insert there in O(1)
     auto address_node = by_address_.extract(next);
     if (address_node.empty() || size_node.empty()) { return; }  // cannot happen; tells the compiler
@@ -126,24 +126,23 @@ void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::u
     address_node.mapped().size += size;
     address_node.mapped().streams |= streams;
     size_node.value() = {address_node.mapped().size, address};
-    by_address_.insert(after, std::move(address_node));
-    by_size_.insert(std::move(size_node));
+    auto const merged = by_address_.insert(after, std::move(address_node));
+    merged->second.by_size = by_size_.insert(std::move(size_node)).position;
   } else if (!spare_address_nodes_.empty() && !spare_size_nodes_.empty()) {
     auto address_node = std::move(spare_address_nodes_.back());
     spare_address_nodes_.pop_back();
     auto size_node = std::move(spare_size_nodes_.back());
     spare_size_nodes_.pop_back();
     address_node.key() = address;
-    address_node.mapped() = range{size, streams};
     size_node.value() = {size, address};
+    address_node.mapped() = range{size, streams, by_size_.insert(std::move(size_node)).position};
     by_address_.insert(next, std::move(address_node));  // it sorts just before `next`: O(1)
-    by_size_.insert(std::move(size_node));
   } else {
-    auto const inserted = by_address_.emplace_hint(next, address, range{size, streams});
+    auto const indexed = by_size_.insert({size, address}).first;
     try {
-      by_size_.insert({size, address});
+      by_address_.emplace_hint(next, address, range{size, streams, indexed});
     } catch (...) {
-      by_address_.erase(inserted);
+      by_size_.erase(indexed);
       throw;
     }
   }
@@ -153,15 +152,15 @@ void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::u
 /// Re-keys and resizes the free range at `where` (node reuse: never allocates).
 void virtual_heap::reshape(address_index::iterator where, std::uintptr_t address, std::size_t size) noexcept
 {
-  auto size_node = by_size_.extract({where->second.size, where->first});
+  auto size_node = by_size_.extract(where->second.by_size);
   auto address_node = by_address_.extract(where);
   if (address_node.empty() || size_node.empty()) { return; }  // cannot happen; tells the compiler
   free_bytes_ -= address_node.mapped().size;
   address_node.key() = address;
   address_node.mapped().size = size;
   size_node.value() = {size, address};
-  by_address_.insert(std::move(address_node));
-  by_size_.insert(std::move(size_node));
+  auto const moved = by_address_.insert(std::move(address_node)).position;
+  moved->second.by_size = by_size_.insert(std::move(size_node)).position;
   free_bytes_ += size;
 }
 
@@ -173,7 +172,7 @@ void virtual_heap::erase_range(address_index::iterator where) noexcept
 
 void virtual_heap::recycle(address_index::iterator where) noexcept
 {
-  auto size_node = by_size_.extract({where->second.size, where->first});
+  auto size_node = by_size_.extract(where->second.by_size);
   auto address_node = by_address_.extract(where);
   // Keep the nodes for the next new range (the vectors' capacity is reserved: no allocation here).
   if (spare_address_nodes_.size() < spare_address_nodes_.capacity() &&
@@ -318,11 +317,11 @@ virtual_heap::unbacked virtual_heap::unback(std::uintptr_t address)
   std::size_t const before = address - begin;
   std::size_t const after = begin + size - (address + bytes);
   if (before > 0 && after > 0) {
-    auto const inserted = by_address_.emplace(address + bytes, range{after, streams}).first;
+    auto const indexed = by_size_.insert({after, address + bytes}).first;
     try {
-      by_size_.insert({after, address + bytes});
+      by_address_.emplace(address + bytes, range{after, streams, indexed});
     } catch (...) {
-      by_address_.erase(inserted);
+      by_size_.erase(indexed);
       throw;
     }
     free_bytes_ += after;
@@ -381,7 +380,9 @@ void virtual_heap::check_invariants() const
   for (auto const& [address, r] : by_address_) {
     if (r.size == 0 || address % alignment_ != 0 || r.size % alignment_ != 0) { fail("range " + hex(address) + " empty or misaligned"); }
     if (!first && address <= previous_end) { fail("range " + hex(address) + " overlaps or touches the previous one"); }
-    if (!by_size_.contains({r.size, address})) { fail("range " + hex(address) + " missing from the size index"); }
+    if (!by_size_.contains({r.size, address}) || *r.by_size != std::pair{r.size, address}) {
+      fail("range " + hex(address) + " missing from the size index, or its entry there is another");
+    }
     if (!backed(address, r.size)) { fail("range " + hex(address) + " is not backed"); }
     previous_end = address + r.size;
     first = false;

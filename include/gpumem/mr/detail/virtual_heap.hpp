@@ -163,9 +163,11 @@ class GPUMEM_EXPORT virtual_heap {
   void check_invariants() const;
 
  private:
+  using size_index = std::set<std::pair<std::size_t, std::uintptr_t>>;  // (size, address)
   struct range {
     std::size_t size;
     std::uint64_t streams;
+    size_index::iterator by_size;  // this range's entry in by_size_ (no search to re-key or erase it)
   };
   using address_index = std::map<std::uintptr_t, range>;
 
@@ -205,9 +207,9 @@ class GPUMEM_EXPORT virtual_heap {
   std::size_t backed_slabs_{};
   // Nodes of erased ranges, reused by later insertions: the allocation path makes no heap allocation.
   std::vector<address_index::node_type> spare_address_nodes_;
-  std::vector<std::set<std::pair<std::size_t, std::uintptr_t>>::node_type> spare_size_nodes_;
+  std::vector<size_index::node_type> spare_size_nodes_;
   address_index by_address_;                                    // free ranges
-  std::set<std::pair<std::size_t, std::uintptr_t>> by_size_;    // (size, address) of the same ranges
+  size_index by_size_;                                          // (size, address) of the same ranges
   std::size_t free_bytes_{};
 };
 
