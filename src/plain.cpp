@@ -203,6 +203,34 @@ void free(void* ptr, cuda_stream_view stream)
   }
 }
 
+void* try_alloc_without_blocking(std::size_t size, cuda_stream_view stream)
+{
+  if (size == 0) { return nullptr; }
+  int const device = detail::get_backend().current_device();
+  mr::device_memory_resource* const resource = mr::get_per_device_resource(cuda_device_id{device});
+  void* const ptr = resource->try_allocate_without_blocking(size, stream);
+  if (ptr == nullptr) { return nullptr; }
+  try {
+    the_registry().insert(ptr, record{size, resource, device});
+  } catch (...) {
+    resource->deallocate(ptr, size, stream);
+    throw;
+  }
+  return ptr;
+}
+
+bool try_free_without_blocking(void* ptr, cuda_stream_view stream)
+{
+  if (ptr == nullptr) { return true; }
+  registry& reg = the_registry();
+  record const rec = reg.find(ptr, "gpumem::free");
+  if (rec.device != detail::get_backend().current_device()) { return false; }  // free() switches devices
+  if (!rec.resource->try_deallocate_without_blocking(ptr, rec.size, stream)) { return false; }
+  // The block sits in this thread's cache: no other thread can be handed it before it leaves the registry.
+  (void)reg.take(ptr, "gpumem::free");
+  return true;
+}
+
 std::size_t allocation_size(void const* ptr) { return the_registry().find(ptr, "gpumem::allocation_size").size; }
 
 std::size_t live_allocation_count() noexcept { return the_registry().live_count(); }

@@ -8,6 +8,7 @@
 #include <gpumem/error.hpp>
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
+#include <gpumem/mr/pool_memory_resource.hpp>
 #include <gpumem/mr/simulated_memory_resource.hpp>
 #include <gpumem/plain.hpp>
 
@@ -315,6 +316,44 @@ TEST_F(plain_api, racing_double_frees_free_exactly_once)
   }
   EXPECT_EQ(simulated.invalid_deallocations(), 0U);
   EXPECT_EQ(simulated.allocation_count(), 0U);
+}
+
+}  // namespace
+}  // namespace gpumem::test
+
+namespace gpumem::test {
+namespace {
+
+TEST_F(plain_api, non_blocking_alloc_and_free_are_recorded_as_the_others)
+{
+  mr::simulated_memory_resource upstream;
+  mr::pool_memory_resource pool{&upstream, 4 * 1024 * 1024};
+  scoped_current_resource const current{&pool};
+  EXPECT_EQ(try_alloc_without_blocking(4096), nullptr) << "nothing cached yet: the caller must call alloc()";
+  void* const a = alloc(4096);
+  void* const b = alloc(4096);
+  free(a);  // cached by this thread
+  EXPECT_TRUE(try_free_without_blocking(b));
+  EXPECT_EQ(live_allocation_count(), baseline());
+  void* const c = try_alloc_without_blocking(4000);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(allocation_size(c), 4000U) << "recorded as alloc() records";
+  EXPECT_TRUE(try_free_without_blocking(nullptr));
+  EXPECT_EQ(try_alloc_without_blocking(0), nullptr);
+  EXPECT_TRUE(try_free_without_blocking(c));
+  EXPECT_NE(message_of([&] { (void)try_free_without_blocking(c); }).find("was already freed"), std::string::npos);
+  EXPECT_NE(message_of([&] { free(c); }).find("was already freed"), std::string::npos);
+  pool.flush_thread_caches();
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+}
+
+TEST_F(plain_api, non_blocking_attempts_refuse_on_resources_without_a_fast_path)
+{
+  void* const p = alloc(512);  // the default resource (cudaMalloc-shaped): no non-blocking path
+  EXPECT_EQ(try_alloc_without_blocking(512), nullptr);
+  EXPECT_FALSE(try_free_without_blocking(p)) << "refused: the pointer must stay live";
+  EXPECT_EQ(allocation_size(p), 512U);
+  free(p);
 }
 
 }  // namespace

@@ -62,6 +62,24 @@ namespace gpumem {
 GPUMEM_EXPORT void free(void* ptr, cuda_stream_view stream = cuda_stream_view{});
 
 /**
+ * @brief As alloc(), but only when the current resource can serve `size` without blocking
+ * (device_memory_resource::try_allocate_without_blocking: for a pool, from the calling thread's cache).
+ * For callers that hold a lock other code may need while it allocates (Python's GIL).
+ * @return the allocation, recorded as alloc()'s are; nullptr when size == 0 or when it cannot be served
+ *         that way (then call alloc()).
+ * @throws as alloc(), except out_of_memory (which would need blocking: nullptr instead).
+ */
+[[nodiscard]] GPUMEM_EXPORT void* try_alloc_without_blocking(std::size_t size, cuda_stream_view stream = cuda_stream_view{});
+
+/**
+ * @brief As free(), but only when it can be done without blocking: `ptr` belongs to the current device and
+ * its resource takes it back without blocking (device_memory_resource::try_deallocate_without_blocking).
+ * @return true when freed (also for nullptr); false when nothing was done (then call free()).
+ * @throws gpumem::logic_error as free() when `ptr` is not live.
+ */
+[[nodiscard]] GPUMEM_EXPORT bool try_free_without_blocking(void* ptr, cuda_stream_view stream = cuda_stream_view{});
+
+/**
  * @brief The size that was asked for when `ptr` was allocated by alloc() or zeros().
  * Thread-safety: may be called concurrently from any thread.
  * @throws gpumem::logic_error naming the pointer when it is not a live pointer from alloc()/zeros().

@@ -5,8 +5,10 @@
 //
 // alloc, zeros and free are the hot path (an allocation + free pair from Python is benchmarked against
 // CuPy's and PyTorch's): they are bound with the raw CPython vectorcall convention (METH_FASTCALL), which
-// costs a fraction of pybind11's general dispatch, and convert their arguments by hand. Errors are the same
-// as everywhere else (errors.hpp).
+// costs a fraction of pybind11's general dispatch, and convert their arguments by hand. alloc and free
+// first try gpumem's non-blocking path with the GIL held (a pool's thread cache: no lock another thread
+// holds across a blocking call, so holding the GIL there cannot deadlock or stall), and release the GIL
+// only for the full path, which may block. Errors are the same as everywhere else (errors.hpp).
 #include "conversions.hpp"
 #include "errors.hpp"
 #include "registry.hpp"
@@ -104,6 +106,9 @@ cuda_stream_view stream_argument(PyObject* stream)
   return to_stream(py::handle{stream});
 }
 
+void* alloc_bytes(std::size_t size, cuda_stream_view stream) { return gpumem::alloc(size, stream); }
+void* zeros_bytes(std::size_t size, cuda_stream_view stream) { return gpumem::zeros(size, stream); }
+
 /// alloc(size, stream=None) and zeros(size, stream=None).
 template <void* (*Allocate)(std::size_t, cuda_stream_view)>
 PyObject* allocate(char const* function, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) noexcept
@@ -115,9 +120,9 @@ PyObject* allocate(char const* function, PyObject* const* args, Py_ssize_t nargs
   if (!to_size(function, values[0], size)) { return nullptr; }
   try {
     cuda_stream_view const stream = stream_argument(values[1]);
-    void* ptr = nullptr;
-    {
-      without_gil const released;
+    void* ptr = Allocate == alloc_bytes ? gpumem::try_alloc_without_blocking(size, stream) : nullptr;
+    if (ptr == nullptr) {
+      without_gil const released;  // the resource may block (grow, wait for a lock, synchronise)
       ptr = Allocate(size, stream);
     }
     return PyLong_FromVoidPtr(ptr);
@@ -126,9 +131,6 @@ PyObject* allocate(char const* function, PyObject* const* args, Py_ssize_t nargs
     return nullptr;
   }
 }
-
-void* alloc_bytes(std::size_t size, cuda_stream_view stream) { return gpumem::alloc(size, stream); }
-void* zeros_bytes(std::size_t size, cuda_stream_view stream) { return gpumem::zeros(size, stream); }
 
 PyObject* py_alloc(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames)
 {
@@ -154,8 +156,8 @@ PyObject* py_free(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs,
       ptr = to_pointer(py::handle{values[0]});
     }
     cuda_stream_view const stream = stream_argument(values[1]);
-    {
-      without_gil const released;
+    if (!gpumem::try_free_without_blocking(ptr, stream)) {
+      without_gil const released;  // the resource may block (a lock, cudaFree's synchronisation)
       gpumem::free(ptr, stream);
     }
     Py_RETURN_NONE;

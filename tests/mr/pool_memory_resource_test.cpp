@@ -589,3 +589,42 @@ TEST(pool_memory_resource, sixteen_threads_on_a_simulated_upstream_keep_the_book
 
 }  // namespace
 }  // namespace gpumem::test
+
+namespace gpumem::test {
+namespace {
+
+TEST(pool_memory_resource, non_blocking_attempts_use_only_the_threads_cache)
+{
+  mr::simulated_memory_resource upstream;
+  mr::pool_memory_resource pool{&upstream, 4 * MiB};
+  EXPECT_EQ(pool.try_allocate_without_blocking(1000), nullptr) << "an empty thread cache must not serve";
+  EXPECT_EQ(pool.try_allocate_without_blocking(0), nullptr);
+  void* const p = pool.allocate(1000);
+  void* const q = pool.allocate(1000);
+  pool.deallocate(p, 1000);  // the slot of 1024-byte blocks now exists in this thread's cache
+  EXPECT_TRUE(pool.try_deallocate_without_blocking(q, 1000)) << "a slot with room must take the block";
+  void* const again = pool.try_allocate_without_blocking(1000);
+  EXPECT_EQ(again, q) << "the most recently cached block comes back";
+  EXPECT_EQ(pool.bytes_in_use(), 1024U);
+  EXPECT_FALSE(pool.try_deallocate_without_blocking(again, 1000, cuda_stream_view{cudaStreamPerThread}))
+    << "no slot for that stream: nothing may leave the cache, so the attempt must refuse";
+  EXPECT_TRUE(pool.try_deallocate_without_blocking(nullptr, 1000));
+  pool.deallocate(again, 1000);
+  EXPECT_EQ(pool.try_allocate_without_blocking(64 * MiB), nullptr) << "above the cached sizes";
+  pool.flush_thread_caches();
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+  pool.check_invariants();
+}
+
+TEST(pool_memory_resource, resources_without_a_non_blocking_path_refuse)
+{
+  mr::simulated_memory_resource upstream;
+  EXPECT_EQ(upstream.try_allocate_without_blocking(256), nullptr);
+  void* const p = upstream.allocate(256);
+  EXPECT_FALSE(upstream.try_deallocate_without_blocking(p, 256));
+  upstream.deallocate(p, 256);
+  EXPECT_EQ(upstream.bytes_in_use(), 0U);
+}
+
+}  // namespace
+}  // namespace gpumem::test

@@ -117,6 +117,35 @@ class GPUMEM_EXPORT device_memory_resource {
   [[nodiscard]] bool operator==(device_memory_resource const& other) const noexcept { return is_equal(other); }
   [[nodiscard]] bool operator!=(device_memory_resource const& other) const noexcept { return !is_equal(other); }
 
+  /**
+   * @brief As allocate(), but only when the resource can serve the request without blocking: without
+   * waiting for a lock that another thread may hold across a call into its upstream, without growing, and
+   * without waiting for the device. For callers that hold a lock other code may need while it allocates
+   * (Python's GIL: the Python package tries this with the GIL held, and calls allocate() without it only
+   * when this fails).
+   * @return the allocation, or nullptr when the request cannot be served that way (always for bytes == 0,
+   *         and for resources that do not implement it: the default); then call allocate().
+   * @throws gpumem::bad_alloc when `bytes` overflows when rounded up to 256.
+   */
+  [[nodiscard]] void* try_allocate_without_blocking(std::size_t bytes, cuda_stream_view stream = cuda_stream_view{})
+  {
+    if (bytes == 0) { return nullptr; }
+    check_size(bytes);
+    return do_try_allocate_without_blocking(bytes, stream);
+  }
+
+  /**
+   * @brief As deallocate(), but only when it can be done without blocking (see try_allocate_without_blocking).
+   * @return true when `ptr` was deallocated; false when nothing was done (then call deallocate()).
+   * @pre as deallocate().
+   */
+  [[nodiscard]] bool try_deallocate_without_blocking(void* ptr, std::size_t bytes,
+                                                     cuda_stream_view stream = cuda_stream_view{})
+  {
+    if (ptr == nullptr) { return true; }
+    return do_try_deallocate_without_blocking(ptr, bytes, stream);
+  }
+
 #ifdef GPUMEM_HAS_CUDA_MR
   friend void get_property(device_memory_resource const&, cuda::mr::device_accessible) noexcept {}
 #endif
@@ -128,6 +157,17 @@ class GPUMEM_EXPORT device_memory_resource {
   virtual void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept = 0;
   /** @return whether `other` can free this resource's memory and vice versa. Default: identity only. */
   [[nodiscard]] virtual bool do_is_equal(device_memory_resource const& other) const noexcept { return this == &other; }
+  /** @pre as do_allocate. @return non-null only when served without blocking. Default: nullptr. */
+  [[nodiscard]] virtual void* do_try_allocate_without_blocking(std::size_t /*bytes*/, cuda_stream_view /*stream*/)
+  {
+    return nullptr;
+  }
+  /** @pre as do_deallocate. @return true only when deallocated without blocking. Default: false. */
+  [[nodiscard]] virtual bool do_try_deallocate_without_blocking(void* /*ptr*/, std::size_t /*bytes*/,
+                                                                cuda_stream_view /*stream*/)
+  {
+    return false;
+  }
 
  private:
   static void check_size(std::size_t bytes);

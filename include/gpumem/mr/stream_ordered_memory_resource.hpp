@@ -414,6 +414,30 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     return to_pointer(address);
   }
 
+  /// Step (0) alone: the calling thread's cache, whose lock is never held across a call that may block.
+  void* do_try_allocate_without_blocking(std::size_t bytes, cuda_stream_view stream) final
+  {
+    std::size_t const size = block_size_for(bytes);
+    if (bytes > maximum_allocation_size() || size > block_cache::largest_cached_block) { return nullptr; }
+    thread_cache* const mine = caches_.local();
+    if (mine == nullptr) { return nullptr; }
+    std::lock_guard cache_lock{mine->lock};
+    if (mine->detached) { return nullptr; }
+    auto const address = mine->cache.pop(cache_key(stream), size);
+    return address ? to_pointer(*address) : nullptr;
+  }
+
+  /// Into the calling thread's cache only when no block has to leave it (leaving takes the shared lock).
+  bool do_try_deallocate_without_blocking(void* ptr, std::size_t bytes, cuda_stream_view stream) final
+  {
+    std::size_t const size = block_size_for(bytes);
+    if (size > block_cache::largest_cached_block) { return false; }
+    thread_cache* const mine = caches_.local();
+    if (mine == nullptr) { return false; }
+    std::lock_guard cache_lock{mine->lock};
+    return !mine->detached && mine->cache.try_push(cache_key(stream), size, to_address(ptr));
+  }
+
   /// Blocks taken from a stream's list for the calling thread's cache, beside the one handed out.
   struct refill {
     std::array<std::uintptr_t, block_cache::slot_capacity> addresses{};

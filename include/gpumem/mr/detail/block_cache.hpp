@@ -95,6 +95,20 @@ class GPUMEM_EXPORT block_cache {
     cached_bytes_ += block_size;
   }
 
+  /**
+   * @brief As push(), but only into an existing slot of (stream, block_size) with room: nothing leaves the
+   * cache. @return false (and nothing changed) when there is no such slot or it is full.
+   */
+  bool try_push(std::uintptr_t stream, std::size_t block_size, std::uintptr_t address)
+  {
+    slot* const s = find(stream, block_size);
+    if (s == nullptr || s->count == s->capacity) { return false; }
+    check_new(*s, address);
+    s->blocks[s->count++] = address;
+    cached_bytes_ += block_size;
+    return true;
+  }
+
   /** @brief Empties every slot whose stream is `stream` (all slots when `stream` is nullopt) into `spill`. */
   template <class Spill>
   void spill_all(std::optional<std::uintptr_t> stream, Spill&& spill) noexcept
