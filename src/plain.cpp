@@ -159,14 +159,15 @@ registry& the_registry()
   return *instance;
 }
 
-}  // namespace
-
-void* alloc(std::size_t size, cuda_stream_view stream)
+/// Allocates `size` (> 0) bytes with allocate(resource, size, stream) from the current device's resource and
+/// records the pointer; nullptr when `allocate` returns it (nothing recorded then).
+template <class Allocate>
+void* allocate_and_register(std::size_t size, cuda_stream_view stream, Allocate&& allocate)
 {
-  if (size == 0) { return nullptr; }
   int const device = detail::get_backend().current_device();
   mr::device_memory_resource* const resource = mr::get_per_device_resource(cuda_device_id{device});
-  void* const ptr = resource->allocate(size, stream);
+  void* const ptr = allocate(*resource, size, stream);
+  if (ptr == nullptr) { return nullptr; }
   try {
     the_registry().insert(ptr, record{size, resource, device});
   } catch (...) {
@@ -174,6 +175,16 @@ void* alloc(std::size_t size, cuda_stream_view stream)
     throw;
   }
   return ptr;
+}
+
+}  // namespace
+
+void* alloc(std::size_t size, cuda_stream_view stream)
+{
+  if (size == 0) { return nullptr; }
+  return allocate_and_register(size, stream, [](mr::device_memory_resource& r, std::size_t n, cuda_stream_view s) {
+    return r.allocate(n, s);
+  });
 }
 
 void* zeros(std::size_t size, cuda_stream_view stream)
@@ -206,17 +217,9 @@ void free(void* ptr, cuda_stream_view stream)
 void* try_alloc_without_blocking(std::size_t size, cuda_stream_view stream)
 {
   if (size == 0) { return nullptr; }
-  int const device = detail::get_backend().current_device();
-  mr::device_memory_resource* const resource = mr::get_per_device_resource(cuda_device_id{device});
-  void* const ptr = resource->try_allocate_without_blocking(size, stream);
-  if (ptr == nullptr) { return nullptr; }
-  try {
-    the_registry().insert(ptr, record{size, resource, device});
-  } catch (...) {
-    resource->deallocate(ptr, size, stream);
-    throw;
-  }
-  return ptr;
+  return allocate_and_register(size, stream, [](mr::device_memory_resource& r, std::size_t n, cuda_stream_view s) {
+    return r.try_allocate_without_blocking(n, s);
+  });
 }
 
 bool try_free_without_blocking(void* ptr, cuda_stream_view stream)
