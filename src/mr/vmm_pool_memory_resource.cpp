@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace gpumem::mr {
