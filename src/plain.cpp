@@ -225,13 +225,21 @@ void* try_alloc_without_blocking(std::size_t size, cuda_stream_view stream)
 bool try_free_without_blocking(void* ptr, cuda_stream_view stream)
 {
   if (ptr == nullptr) { return true; }
+  // One registry lookup when the block goes into the cache (the common case). The pointer leaves the
+  // registry first, so no other thread can be handed the block while it is still recorded; when the
+  // resource refuses, it goes back (into the node the take just freed: no allocation).
   registry& reg = the_registry();
-  record const rec = reg.find(ptr, "gpumem::free");
-  if (rec.device != detail::get_backend().current_device()) { return false; }  // free() switches devices
-  if (!rec.resource->try_deallocate_without_blocking(ptr, rec.size, stream)) { return false; }
-  // The block sits in this thread's cache: no other thread can be handed it before it leaves the registry.
-  (void)reg.take(ptr, "gpumem::free");
-  return true;
+  record const rec = reg.take(ptr, "gpumem::free");
+  bool freed = false;
+  try {
+    freed = rec.device == detail::get_backend().current_device() &&  // else free() switches devices
+            rec.resource->try_deallocate_without_blocking(ptr, rec.size, stream);
+  } catch (...) {
+    reg.insert(ptr, rec);
+    throw;
+  }
+  if (!freed) { reg.insert(ptr, rec); }
+  return freed;
 }
 
 std::size_t allocation_size(void const* ptr) { return the_registry().find(ptr, "gpumem::allocation_size").size; }

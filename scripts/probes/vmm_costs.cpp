@@ -1,17 +1,13 @@
 // Probe: what CUDA's virtual memory management calls cost on this GPU (for the design of the VMM pool).
 // Build: nvcc -O2 -std=c++17 vmm_costs.cpp -lcuda -o vmm_costs
+#include "driver_probe.hpp"
+
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
-#define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { const char* s; cuGetErrorString(r_, &s); \
-  std::printf("FAIL %s: %s\n", #x, s); std::exit(1); } } while (0)
-
-using clk = std::chrono::steady_clock;
-static double us(clk::time_point a, clk::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); }
 
 int main() {
   cudaFree(nullptr);

@@ -1,6 +1,8 @@
 // Probe: do CUDA's virtual memory calls run in parallel from several host threads? (For the VMM pool's
 // growth: a growth of n slabs costs n x (cuMemCreate + cuMemMap + cuMemSetAccess) when done in one thread.)
 // Build: nvcc -O2 -std=c++17 vmm_parallel.cpp -lcuda -o vmm_parallel
+#include "driver_probe.hpp"
+
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <chrono>
@@ -8,12 +10,6 @@
 #include <cstdlib>
 #include <thread>
 #include <vector>
-
-#define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { const char* s; cuGetErrorString(r_, &s); \
-  std::printf("FAIL %s: %s\n", #x, s); std::exit(1); } } while (0)
-
-using clk = std::chrono::steady_clock;
-static double us(clk::time_point a, clk::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); }
 
 int main() {
   cudaFree(nullptr);

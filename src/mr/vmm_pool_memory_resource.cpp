@@ -281,8 +281,12 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
     spare.clear();
   };
   std::size_t mappings = 0;
+  std::size_t spare_slabs = 0;  // the slabs in `spare`
   try {
-    for (auto const& m : plan->movable) { spare.emplace_back(take_down(m.address), m.slabs); }
+    for (auto const& m : plan->movable) {
+      spare.emplace_back(take_down(m.address), m.slabs);
+      spare_slabs += m.slabs;
+    }
     std::uintptr_t address = plan->address;
     std::size_t remaining = plan->slabs;
     while (remaining > 0) {
@@ -292,6 +296,7 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
       if (moved) {
         std::tie(handle, slabs) = spare.back();
         spare.pop_back();
+        spare_slabs -= slabs;
       } else {
         slabs = std::min(remaining, max_mapping_slabs_);
         handle = provider_->create(slabs * slab);
@@ -321,8 +326,6 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
       if (moved) { moved_ += slabs; }
       address += slabs * slab;
       remaining -= slabs;
-      std::size_t spare_slabs = 0;
-      for (auto const& sp : spare) { spare_slabs += sp.second; }
       peak_physical_ = std::max(peak_physical_, heap_->backed_bytes() + spare_slabs * slab);
     }
   } catch (...) {

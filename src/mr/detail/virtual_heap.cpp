@@ -252,8 +252,9 @@ std::optional<virtual_heap::growth_plan> virtual_heap::plan_growth(std::size_t b
   }
   consider(previous_end, base_ + size_);
   if (!best) { return std::nullopt; }
+  std::vector<mapping> const wholly_free = wholly_free_mappings();
   std::size_t still_needed = best->slabs;
-  for (mapping const& m : wholly_free_mappings()) {
+  for (mapping const& m : wholly_free) {
     if (still_needed == 0) { break; }
     if (m.slabs > still_needed) { continue; }
     if (m.address + m.slabs * slab_size_ > keep_begin && m.address < keep_end) { continue; }
@@ -264,7 +265,7 @@ std::optional<virtual_heap::growth_plan> virtual_heap::plan_growth(std::size_t b
   // needs, the extra slabs free at the new place) rather than create memory, when the gap has room.
   if (still_needed > 0 && keep_end == best->address) {
     std::optional<mapping> larger;
-    for (mapping const& m : wholly_free_mappings()) {
+    for (mapping const& m : wholly_free) {
       if (m.slabs <= still_needed || best->slabs - still_needed + m.slabs > gap_slabs) { continue; }
       if (m.address + m.slabs * slab_size_ > keep_begin && m.address < keep_end) { continue; }
       if (std::find(best->movable.begin(), best->movable.end(), m) != best->movable.end()) { continue; }
