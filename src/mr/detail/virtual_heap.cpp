@@ -15,9 +15,6 @@ namespace {
 
 [[nodiscard]] std::string hex(std::uintptr_t address) { return format_pointer(reinterpret_cast<void const*>(address)); }
 
-/// How many erased ranges' nodes are kept for reuse.
-constexpr std::size_t spare_nodes = 64;
-
 /// Throws logic_error with `message()` (built only on failure: these checks sit on the allocation path).
 template <class Message>
 void require(bool condition, Message&& message)
@@ -37,34 +34,20 @@ virtual_heap::virtual_heap(std::uintptr_t base, std::size_t size, std::size_t sl
   require(size > 0 && size % slab_size == 0, [&] { return std::string{} + "size " + std::to_string(size) + " is not a positive multiple of the slab size " + std::to_string(slab_size); });
   require(base <= std::numeric_limits<std::uintptr_t>::max() - size, [&] { return std::string{} + "the range " + hex(base) + " + " +
                                                                        std::to_string(size) + " wraps around"; });
-  backed_.assign(size / slab_size, false);
-  spare_address_nodes_.reserve(spare_nodes);
-  spare_size_nodes_.reserve(spare_nodes);
+  backed_.assign(size / slab_size, 0);
 }
 
 std::optional<virtual_heap::block> virtual_heap::take(std::size_t bytes)
 {
-  auto const fit = by_size_.lower_bound({bytes, 0});
-  if (fit == by_size_.end()) { return std::nullopt; }
-  auto const [size, address] = *fit;
-  auto const where = by_address_.find(address);
-  std::uint64_t const streams = where->second.streams;
-  if (size == bytes) {
-    erase_range(where);
-  } else {
-    // The remainder keeps the range's streams; re-key it (node reuse: no allocation can fail here).
-    auto const after = std::next(where);  // the new key sorts where the old one was: insert there in O(1)
-    auto address_node = by_address_.extract(where);
-    auto size_node = by_size_.extract(fit);
-    if (address_node.empty() || size_node.empty()) { return std::nullopt; }  // cannot happen; tells the compiler
-    address_node.key() = address + bytes;
-    address_node.mapped().size = size - bytes;
-    size_node.value() = {size - bytes, address + bytes};
-    auto const moved = by_address_.insert(after, std::move(address_node));
-    moved->second.by_size = by_size_.insert(std::move(size_node)).position;
-    free_bytes_ -= bytes;
+  auto const* fit = free_.best_fit(bytes);
+  if (fit == nullptr) { return std::nullopt; }
+  block const taken{fit->start, fit->streams};
+  if (fit->size == bytes) {
+    free_.erase(fit);
+  } else {  // the remainder keeps the range's streams
+    free_.reshape(fit, fit->start + bytes, fit->size - bytes, fit->streams);
   }
-  return block{address, streams};
+  return taken;
 }
 
 void virtual_heap::give_back(std::uintptr_t address, std::size_t bytes, std::uint64_t streams)
@@ -75,133 +58,50 @@ void virtual_heap::give_back(std::uintptr_t address, std::size_t bytes, std::uin
   // The first and the last slab (a full walk, in check_invariants, would cost a lookup per slab here).
   require(is_slab(slab_of(address)) && is_slab(slab_of(address + bytes - 1)), [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) +
                                     " bytes is not inside backed slabs (not from this pool)"; });
-  auto next = by_address_.lower_bound(address);
-  if (next != by_address_.end()) {
-    require(next->first >= address + bytes, [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) +
-                                              " bytes overlaps a free range at " + hex(next->first) +
+  auto const [previous, next] = free_.around(address);
+  if (next != nullptr) {
+    require(next->start >= address + bytes, [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) +
+                                              " bytes overlaps a free range at " + hex(next->start) +
                                               " (freed twice?)"; });
   }
-  if (next != by_address_.begin()) {
-    auto const previous = std::prev(next);
-    require(previous->first + previous->second.size <= address, [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) + " bytes overlaps the free range at " +
-              hex(previous->first) + " (freed twice?)"; });
+  if (previous != nullptr) {
+    require(previous->end() <= address, [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) + " bytes overlaps the free range at " +
+              hex(previous->start) + " (freed twice?)"; });
   }
-  insert_range(address, bytes, streams, next);
+  add_free(address, bytes, streams, previous, next);
 }
 
-void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::uint64_t streams)
+void virtual_heap::add_free(std::uintptr_t address, std::size_t bytes, std::uint64_t streams,
+                            free_range_index::range const* previous, free_range_index::range const* next)
 {
-  insert_range(address, size, streams, by_address_.lower_bound(address));
-}
-
-void virtual_heap::insert_range(std::uintptr_t address, std::size_t size, std::uint64_t streams,
-                                address_index::iterator next)
-{
-  // Merging reuses the existing nodes (extract, change, insert): only a range with no free neighbour
-  // allocates, so a std::bad_alloc leaves the heap as it was. `next` is the first range after `address`.
-  bool const merge_next = next != by_address_.end() && next->first == address + size;
-  bool merge_previous = false;
-  address_index::iterator previous;
-  if (next != by_address_.begin()) {
-    previous = std::prev(next);
-    merge_previous = previous->first + previous->second.size == address;
-  }
-  if (merge_previous) {
-    auto size_node = by_size_.extract(previous->second.by_size);
-    previous->second.size += size;
-    previous->second.streams |= streams;
-    if (merge_next) {
-      previous->second.size += next->second.size;
-      previous->second.streams |= next->second.streams;
-      recycle(next);  // its bytes stay counted: they are now part of the previous range
-    }
-    size_node.value() = {previous->second.size, previous->first};
-    previous->second.by_size = by_size_.insert(std::move(size_node)).position;
+  // Merging changes existing ranges (no allocation); only a block with no free neighbour adds one, so a
+  // std::bad_alloc leaves the heap as it was.
+  bool const merge_previous = previous != nullptr && previous->end() == address;
+  bool const merge_next = next != nullptr && next->start == address + bytes;
+  if (merge_previous && merge_next) {
+    std::size_t const size = previous->size + bytes + next->size;
+    std::uint64_t const merged_streams = previous->streams | streams | next->streams;
+    free_.erase(next);
+    free_.reshape(previous, previous->start, size, merged_streams);
+  } else if (merge_previous) {
+    free_.reshape(previous, previous->start, previous->size + bytes, previous->streams | streams);
   } else if (merge_next) {
-    auto size_node = by_size_.extract(next->second.by_size);
-    auto const after = std::next(next);  // the new key sorts where the old one was: insert there in O(1)
-    auto address_node = by_address_.extract(next);
-    if (address_node.empty() || size_node.empty()) { return; }  // cannot happen; tells the compiler
-    address_node.key() = address;
-    address_node.mapped().size += size;
-    address_node.mapped().streams |= streams;
-    size_node.value() = {address_node.mapped().size, address};
-    auto const merged = by_address_.insert(after, std::move(address_node));
-    merged->second.by_size = by_size_.insert(std::move(size_node)).position;
-  } else if (!spare_address_nodes_.empty() && !spare_size_nodes_.empty()) {
-    auto address_node = std::move(spare_address_nodes_.back());
-    spare_address_nodes_.pop_back();
-    auto size_node = std::move(spare_size_nodes_.back());
-    spare_size_nodes_.pop_back();
-    address_node.key() = address;
-    size_node.value() = {size, address};
-    address_node.mapped() = range{size, streams, by_size_.insert(std::move(size_node)).position};
-    by_address_.insert(next, std::move(address_node));  // it sorts just before `next`: O(1)
+    free_.reshape(next, address, bytes + next->size, next->streams | streams);
   } else {
-    auto const indexed = by_size_.insert({size, address}).first;
-    try {
-      by_address_.emplace_hint(next, address, range{size, streams, indexed});
-    } catch (...) {
-      by_size_.erase(indexed);
-      throw;
-    }
+    (void)free_.insert(address, bytes, streams);
   }
-  free_bytes_ += size;
-}
-
-/// Re-keys and resizes the free range at `where` (node reuse: never allocates).
-void virtual_heap::reshape(address_index::iterator where, std::uintptr_t address, std::size_t size) noexcept
-{
-  auto size_node = by_size_.extract(where->second.by_size);
-  auto address_node = by_address_.extract(where);
-  if (address_node.empty() || size_node.empty()) { return; }  // cannot happen; tells the compiler
-  free_bytes_ -= address_node.mapped().size;
-  address_node.key() = address;
-  address_node.mapped().size = size;
-  size_node.value() = {size, address};
-  auto const moved = by_address_.insert(std::move(address_node)).position;
-  moved->second.by_size = by_size_.insert(std::move(size_node)).position;
-  free_bytes_ += size;
-}
-
-void virtual_heap::erase_range(address_index::iterator where) noexcept
-{
-  free_bytes_ -= where->second.size;
-  recycle(where);
-}
-
-void virtual_heap::recycle(address_index::iterator where) noexcept
-{
-  auto size_node = by_size_.extract(where->second.by_size);
-  auto address_node = by_address_.extract(where);
-  // Keep the nodes for the next new range (the vectors' capacity is reserved: no allocation here).
-  if (spare_address_nodes_.size() < spare_address_nodes_.capacity() &&
-      spare_size_nodes_.size() < spare_size_nodes_.capacity() && !size_node.empty() && !address_node.empty()) {
-    spare_address_nodes_.push_back(std::move(address_node));
-    spare_size_nodes_.push_back(std::move(size_node));
-  }
-}
-
-virtual_heap::address_index::const_iterator virtual_heap::containing(std::uintptr_t address, std::size_t bytes) const
-{
-  auto it = by_address_.upper_bound(address);
-  if (it == by_address_.begin()) { return by_address_.end(); }
-  --it;
-  return it->first + it->second.size >= address + bytes ? it : by_address_.end();
 }
 
 std::size_t virtual_heap::free_ending_at(std::uintptr_t address) const
 {
-  auto it = by_address_.lower_bound(address);
-  if (it == by_address_.begin()) { return 0; }
-  --it;
-  return it->first + it->second.size == address ? it->second.size : 0;
+  auto const* before = free_.around(address).before;
+  return before != nullptr && before->end() == address ? before->size : 0;
 }
 
 std::size_t virtual_heap::free_starting_at(std::uintptr_t address) const
 {
-  auto const it = by_address_.find(address);
-  return it == by_address_.end() ? 0 : it->second.size;
+  auto const* after = free_.around(address).after;
+  return after != nullptr && after->start == address ? after->size : 0;
 }
 
 std::uintptr_t virtual_heap::slab_of(std::uintptr_t address) const noexcept
@@ -292,12 +192,13 @@ void virtual_heap::back(std::uintptr_t address, std::uint64_t handle, std::size_
   }
   mappings_.emplace(address, mapped{handle, slabs});
   try {
-    insert_range(address, slabs * slab_size_, 0);
+    auto const [previous, next] = free_.around(address);
+    add_free(address, slabs * slab_size_, 0, previous, next);
   } catch (...) {
     mappings_.erase(address);
     throw;
   }
-  for (std::size_t i = first; i < first + slabs; ++i) { backed_[i] = true; }
+  for (std::size_t i = first; i < first + slabs; ++i) { backed_[i] = 1; }
   backed_slabs_ += slabs;
 }
 
@@ -307,54 +208,45 @@ virtual_heap::unbacked virtual_heap::unback(std::uintptr_t address)
   require(found_mapping != mappings_.end(), [&] { return std::string{} + "no mapping at " + hex(address); });
   std::size_t const slabs = found_mapping->second.slabs;
   std::size_t const bytes = slabs * slab_size_;
-  auto const found = containing(address, bytes);
-  require(found != by_address_.end(), [&] { return std::string{} + "mapping " + hex(address) + " is not wholly free"; });
-  auto const where = by_address_.find(found->first);
-  std::uintptr_t const begin = where->first;
-  std::size_t const size = where->second.size;
-  std::uint64_t const streams = where->second.streams;
+  auto const* const found = free_.containing(address, bytes);
+  require(found != nullptr, [&] { return std::string{} + "mapping " + hex(address) + " is not wholly free"; });
+  std::uintptr_t const begin = found->start;
+  std::size_t const size = found->size;
+  std::uint64_t const streams = found->streams;
   // The parts before and after the mapping stay free with the same streams. The only allocation (a second
   // range, when both parts exist) comes first, so a std::bad_alloc changes nothing.
   std::size_t const before = address - begin;
   std::size_t const after = begin + size - (address + bytes);
   if (before > 0 && after > 0) {
-    auto const indexed = by_size_.insert({after, address + bytes}).first;
-    try {
-      by_address_.emplace(address + bytes, range{after, streams, indexed});
-    } catch (...) {
-      by_size_.erase(indexed);
-      throw;
-    }
-    free_bytes_ += after;
-    reshape(where, begin, before);
+    (void)free_.insert(address + bytes, after, streams);
+    free_.reshape(found, begin, before, streams);
   } else if (before > 0) {
-    reshape(where, begin, before);
+    free_.reshape(found, begin, before, streams);
   } else if (after > 0) {
-    reshape(where, address + bytes, after);
+    free_.reshape(found, address + bytes, after, streams);
   } else {
-    erase_range(where);
+    free_.erase(found);
   }
   std::uint64_t const handle = found_mapping->second.handle;
   mappings_.erase(found_mapping);
   std::size_t const first = (address - base_) / slab_size_;
-  for (std::size_t i = first; i < first + slabs; ++i) { backed_[i] = false; }
+  for (std::size_t i = first; i < first + slabs; ++i) { backed_[i] = 0; }
   backed_slabs_ -= slabs;
   return {handle, slabs, streams};
 }
 
 std::vector<virtual_heap::mapping> virtual_heap::wholly_free_mappings() const
 {
-  // Only a free range of at least a slab can hold one: walk those (by_size_ from slab_size up), and the
+  // Only a free range of at least a slab can hold one: walk those (smallest first), and the
   // mappings inside each, not every mapping, so that growing costs O(large ranges + result).
   std::vector<mapping> result;
-  for (auto it = by_size_.lower_bound({slab_size_, 0}); it != by_size_.end(); ++it) {
-    auto const [size, address] = *it;
-    for (auto m = mappings_.lower_bound(address); m != mappings_.end(); ++m) {
+  free_.for_each_at_least(slab_size_, [&](free_range_index::range const& r) {
+    for (auto m = mappings_.lower_bound(r.start); m != mappings_.end(); ++m) {
       std::uintptr_t const end = m->first + m->second.slabs * slab_size_;
-      if (end > address + size) { break; }
+      if (end > r.end()) { break; }
       result.push_back({m->first, m->second.slabs});
     }
-  }
+  });
   std::sort(result.begin(), result.end(), [](mapping const& a, mapping const& b) { return a.address > b.address; });
   return result;
 }
@@ -362,34 +254,28 @@ std::vector<virtual_heap::mapping> virtual_heap::wholly_free_mappings() const
 std::uint64_t virtual_heap::streams_in_use() const noexcept
 {
   std::uint64_t mask = 0;
-  for (auto const& [address, r] : by_address_) { mask |= r.streams; }
+  free_.for_each([&](free_range_index::range const& r) { mask |= r.streams; });
   return mask;
 }
 
 void virtual_heap::forget_streams(std::uint64_t mask) noexcept
 {
-  for (auto& [address, r] : by_address_) { r.streams &= ~mask; }
+  free_.clear_streams(mask);
 }
 
 void virtual_heap::check_invariants() const
 {
   auto fail = [](std::string const& what) { throw logic_error("virtual_heap invariant violated: " + what); };
-  if (by_address_.size() != by_size_.size()) { fail("the two indexes hold different numbers of ranges"); }
-  std::size_t total = 0;
+  free_.check();
   std::uintptr_t previous_end = 0;
   bool first = true;
-  for (auto const& [address, r] : by_address_) {
-    if (r.size == 0 || address % alignment_ != 0 || r.size % alignment_ != 0) { fail("range " + hex(address) + " empty or misaligned"); }
-    if (!first && address <= previous_end) { fail("range " + hex(address) + " overlaps or touches the previous one"); }
-    if (!by_size_.contains({r.size, address}) || *r.by_size != std::pair{r.size, address}) {
-      fail("range " + hex(address) + " missing from the size index, or its entry there is another");
-    }
-    if (!backed(address, r.size)) { fail("range " + hex(address) + " is not backed"); }
-    previous_end = address + r.size;
+  free_.for_each([&](free_range_index::range const& r) {
+    if (r.start % alignment_ != 0 || r.size % alignment_ != 0) { fail("range " + hex(r.start) + " misaligned"); }
+    if (!first && r.start <= previous_end) { fail("range " + hex(r.start) + " touches the previous one"); }
+    if (!backed(r.start, r.size)) { fail("range " + hex(r.start) + " is not backed"); }
+    previous_end = r.end();
     first = false;
-    total += r.size;
-  }
-  if (total != free_bytes_) { fail("free bytes " + std::to_string(free_bytes_) + " != sum " + std::to_string(total)); }
+  });
   std::uintptr_t mapped_end = base_;
   std::size_t slabs = 0;
   for (auto const& [address, m] : mappings_) {
@@ -403,7 +289,7 @@ void virtual_heap::check_invariants() const
     mapped_end = address + m.slabs * slab_size_;
     slabs += m.slabs;
   }
-  if (slabs != backed_slabs_ || static_cast<std::size_t>(std::count(backed_.begin(), backed_.end(), true)) != slabs) {
+  if (slabs != backed_slabs_ || static_cast<std::size_t>(std::count(backed_.begin(), backed_.end(), std::uint8_t{1})) != slabs) {
     fail("the backed slabs (" + std::to_string(backed_slabs_) + ") do not match the mappings (" + std::to_string(slabs) + ")");
   }
 }

@@ -28,24 +28,25 @@
  *
  * Invariants (check_invariants()):
  *   free ranges lie inside backed slabs, do not overlap and never touch (touching ranges are merged);
- *   by_address_ and by_size_ index the same ranges; free_bytes_ is their sum;
+ *   the free-range index's own (free_range_index.hpp);
  *   mappings are aligned to slab_size, inside [base, base + size), do not overlap, and their slabs are
  *   exactly the backed ones.
  *
- * Costs: take, give_back O(log n) for n free ranges, with no heap allocation (nodes are reused); back,
+ * Costs: take, give_back O(log n) for n free ranges (free_range_index.hpp: a cut or a merge re-keys only
+ * the size index), with no heap allocation but for a block that touches no free range; back,
  * unback O(log n + log m + k) for m mappings of k slabs; plan_growth O(m log n); wholly_free_mappings
  * O(r log m + w log w) for r free ranges of at least a slab and w results.
- * Thread-safety: none (a value type); the resource holds its lock around every call.
+ * Thread-safety: none; the resource holds its lock around every call. Movable, not copyable.
  */
 #pragma once
 
 #include <gpumem/export.hpp>
+#include <gpumem/mr/detail/free_range_index.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -152,27 +153,18 @@ class GPUMEM_EXPORT virtual_heap {
   [[nodiscard]] std::size_t mapping_count() const noexcept { return mappings_.size(); }
   /** @return slab_count() * slab_size(). */
   [[nodiscard]] std::size_t backed_bytes() const noexcept { return backed_slabs_ * slab_size_; }
-  [[nodiscard]] std::size_t free_bytes() const noexcept { return free_bytes_; }
-  [[nodiscard]] std::size_t free_range_count() const noexcept { return by_address_.size(); }
-  [[nodiscard]] std::size_t largest_free_range() const noexcept
-  {
-    return by_size_.empty() ? 0 : by_size_.rbegin()->first;
-  }
+  [[nodiscard]] std::size_t free_bytes() const noexcept { return free_.bytes(); }
+  [[nodiscard]] std::size_t free_range_count() const noexcept { return free_.count(); }
+  [[nodiscard]] std::size_t largest_free_range() const noexcept { return free_.largest(); }
 
   /** @brief Checks the invariants of the file comment. @throws gpumem::logic_error naming the first violation. */
   void check_invariants() const;
 
  private:
-  using size_index = std::set<std::pair<std::size_t, std::uintptr_t>>;  // (size, address)
-  struct range {
-    std::size_t size;
-    std::uint64_t streams;
-    size_index::iterator by_size;  // this range's entry in by_size_ (no search to re-key or erase it)
-  };
-  using address_index = std::map<std::uintptr_t, range>;
-
-  /// The free range that holds [address, address + bytes) whole, or end().
-  [[nodiscard]] address_index::const_iterator containing(std::uintptr_t address, std::size_t bytes) const;
+  /// Adds [address, address + bytes) to the free ranges, merging it with `previous` and `next` (the
+  /// ranges around it) where they touch it. @throws std::bad_alloc (nothing changes then).
+  void add_free(std::uintptr_t address, std::size_t bytes, std::uint64_t streams,
+                free_range_index::range const* previous, free_range_index::range const* next);
   /// The size of the free range that ends at `address` (0 when none).
   [[nodiscard]] std::size_t free_ending_at(std::uintptr_t address) const;
   /// The size of the free range that starts at `address` (0 when none).
@@ -181,13 +173,6 @@ class GPUMEM_EXPORT virtual_heap {
   [[nodiscard]] std::uintptr_t slab_of(std::uintptr_t address) const noexcept;
   /// Whether [address, address + bytes) lies inside consecutive slabs.
   [[nodiscard]] bool backed(std::uintptr_t address, std::size_t bytes) const;
-  void insert_range(std::uintptr_t address, std::size_t size, std::uint64_t streams);
-  void insert_range(std::uintptr_t address, std::size_t size, std::uint64_t streams, address_index::iterator next);
-  void erase_range(address_index::iterator where) noexcept;
-  /// Removes the range at `where` from both indexes without changing free_bytes_, keeping its nodes.
-  void recycle(address_index::iterator where) noexcept;
-  void reshape(address_index::iterator where, std::uintptr_t address, std::size_t size) noexcept;
-
   std::uintptr_t base_;
   std::size_t size_;
   std::size_t slab_size_;
@@ -195,7 +180,7 @@ class GPUMEM_EXPORT virtual_heap {
   /// Whether the slab at `address` (a slab address inside the reservation) is backed. O(1).
   [[nodiscard]] bool is_slab(std::uintptr_t address) const noexcept
   {
-    return backed_[(address - base_) / slab_size_];
+    return backed_[(address - base_) / slab_size_] != 0;
   }
 
   struct mapped {
@@ -203,14 +188,9 @@ class GPUMEM_EXPORT virtual_heap {
     std::size_t slabs;
   };
   std::map<std::uintptr_t, mapped> mappings_;                   // address -> mapping (ordered: gaps, walks)
-  std::vector<bool> backed_;                                    // per slab index: in a mapping (O(1) checks)
+  std::vector<std::uint8_t> backed_;                            // per slab index: 1 when in a mapping (O(1) checks)
   std::size_t backed_slabs_{};
-  // Nodes of erased ranges, reused by later insertions: the allocation path makes no heap allocation.
-  std::vector<address_index::node_type> spare_address_nodes_;
-  std::vector<size_index::node_type> spare_size_nodes_;
-  address_index by_address_;                                    // free ranges
-  size_index by_size_;                                          // (size, address) of the same ranges
-  std::size_t free_bytes_{};
+  free_range_index free_;                                       // the free ranges
 };
 
 }  // namespace gpumem::detail
