@@ -2,6 +2,7 @@
 // and returns the process exit status; errors propagate as exceptions, which main() reports.
 #pragma once
 
+#include <cstddef>
 #include <iosfwd>
 #include <span>
 #include <stdexcept>
@@ -18,15 +19,18 @@ class usage_error : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+/// The value of `option` (an integer in [1, 1000]) for `command`. @throws usage_error naming both otherwise.
+std::size_t parse_count(std::string_view text, std::string_view option, std::string_view command);
+
 /// `gpumem info`: backend, runtime and driver versions, and every device's properties and memory.
 int run_info(std::span<std::string_view const> args, std::ostream& out);
 
 /// `gpumem demo [--elements N]`: a stream-ordered allocate / fill / memset / copy back / verify round trip.
 int run_demo(std::span<std::string_view const> args, std::ostream& out);
 
-/// `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--csv]`: replays allocation logs against
-/// resources by name and prints, per log, a table of ns/op, peak upstream and live bytes, their ratio,
-/// failures and unknown frees (docs/formats.md).
+/// `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--repeat N] [--csv]`: replays allocation logs
+/// against resources by name and prints, per log, a table of ns/op (the median of N interleaved runs), peak
+/// upstream and live bytes, their ratio, failures and unknown frees (docs/formats.md).
 int run_replay(std::span<std::string_view const> args, std::ostream& out);
 
 /// `gpumem report LOG [--resource a,b] [--simulate] [-o FILE]`: replays one log against resources and writes a

@@ -12,7 +12,6 @@
 #include <gpumem/replay/replay_resource.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <optional>
 #include <ostream>
@@ -35,16 +34,6 @@ struct bench_command {
   bool quick{false};
   bool csv{false};
 };
-
-std::size_t parse_count(std::string_view text, std::string_view option)
-{
-  std::size_t value = 0;
-  auto const [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc{} || end != text.data() + text.size() || value == 0 || value > 1000) {
-    throw usage_error("bench: " + std::string{option} + " needs an integer in [1, 1000], not '" + std::string{text} + "'");
-  }
-  return value;
-}
 
 void parse_workloads(std::string_view list, bench_command& c)
 {
@@ -87,7 +76,7 @@ bench_command parse(std::span<std::string_view const> args)
     } else if (a == "--workload" || a == "-w") {
       parse_workloads(value(a), c);
     } else if (a == "--repeat") {
-      c.repeats = parse_count(value(a), a);
+      c.repeats = parse_count(value(a), a, "bench");
     } else {
       throw usage_error("bench: unexpected argument '" + std::string{a} + "'");
     }

@@ -1,5 +1,5 @@
-// `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--slab-mib N] [--mapping-mib N] [--csv]`: replays allocation logs against
-// resources by name and prints one table per log (docs/formats.md). The reading, the replay and the
+// `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--slab-mib N] [--mapping-mib N] [--repeat N] [--csv]`:
+// replays allocation logs against resources by name and prints one table per log (docs/formats.md). The reading, the replay and the
 // resources are the library's (replay/allocation_log.hpp, replay/replay.hpp, replay/replay_resource.hpp);
 // this file parses the command line and formats the results.
 #include "commands.hpp"
@@ -34,6 +34,7 @@ struct replay_command {
   std::vector<std::string> resources;
   bool simulate{false};
   bool csv{false};
+  std::size_t repeats{1};                                      // --repeat: runs per resource, interleaved
   std::size_t vmm_slab_size{std::size_t{32} << 20};          // --slab-mib: the vmm resource's slab size
   std::optional<std::size_t> vmm_max_mapping_size{};          // --mapping-mib: its largest new mapping
 };
@@ -72,6 +73,9 @@ replay_command parse(std::span<std::string_view const> args)
       } else {
         c.vmm_max_mapping_size = bytes;
       }
+    } else if (a == "--repeat") {
+      if (i + 1 == args.size()) { throw usage_error("replay: --repeat needs a value, e.g. --repeat 5"); }
+      c.repeats = parse_count(args[++i], a, "replay");
     } else if (a == "--resource" || a == "-r") {
       if (i + 1 == args.size()) { throw usage_error("replay: --resource needs a value, e.g. --resource pool,binning"); }
       resource_list = args[++i];
@@ -88,11 +92,28 @@ replay_command parse(std::span<std::string_view const> args)
   return c;
 }
 
-void print_table_header(std::ostream& out)
+void print_table_header(std::ostream& out, std::size_t repeats)
 {
   out << std::left << std::setw(11) << "resource" << std::right << std::setw(10) << "ns/op" << std::setw(15)
       << "peak upstream" << std::setw(13) << "peak live" << std::setw(9) << "ratio" << std::setw(10) << "failures"
-      << std::setw(15) << "unknown frees" << '\n';
+      << std::setw(15) << "unknown frees";
+  if (repeats > 1) { out << std::setw(22) << "ns/op min - max"; }
+  out << '\n';
+}
+
+/// The median, lowest and highest ns/op of a resource's runs.
+struct timing {
+  double median, min, max;
+};
+
+timing timing_of(std::vector<replay_result> const& runs)
+{
+  std::vector<double> ns;
+  for (replay_result const& r : runs) { ns.push_back(r.ns_per_op); }
+  std::sort(ns.begin(), ns.end());
+  std::size_t const n = ns.size();
+  double const median = n % 2 == 1 ? ns[n / 2] : (ns[n / 2 - 1] + ns[n / 2]) / 2;
+  return {median, ns.front(), ns.back()};
 }
 
 }  // namespace
@@ -102,43 +123,63 @@ int run_replay(std::span<std::string_view const> args, std::ostream& out)
   replay_command const c = parse(args);
   if (c.csv) {
     out << "log,resource,ops,ns_per_op,peak_upstream_bytes,peak_live_bytes,ratio,failures,unknown_frees,"
-           "log_failures,log_failures_reproduced,reserves_upfront\n";
+           "log_failures,log_failures_reproduced,reserves_upfront,runs,ns_per_op_min,ns_per_op_max\n";
   }
   for (std::string const& path : c.logs) {
     allocation_log const log = read_allocation_log(path);
     if (!c.csv) {
       out << "log: " << path << " (" << log.events.size() << " events, peak live " << compact_bytes(peak_live_bytes(log))
-          << (c.simulate ? "; simulated upstream" : "") << ")\n";
-      print_table_header(out);
+          << (c.simulate ? "; simulated upstream" : "")
+          << (c.repeats > 1 ? "; ns/op: median of " + std::to_string(c.repeats) + " runs, taking turns" : "") << ")\n";
+      print_table_header(out, c.repeats);
+    }
+    // Every run on a fresh resource; the resources take turns (pool, vmm, pool, vmm, ...), so that a slow
+    // spell of the host falls on all of them (shared/BENCHMARKS.md: medians, ratios within one run).
+    std::vector<std::vector<replay_result>> runs(c.resources.size());
+    std::vector<bool> upfront(c.resources.size(), false);
+    for (std::size_t run = 0; run < c.repeats; ++run) {
+      for (std::size_t i = 0; i < c.resources.size(); ++i) {
+        std::string const& name = c.resources[i];
+        replay_resource r = make_replay_resource(name, {.simulate = c.simulate,
+                                                             .vmm_slab_size = c.vmm_slab_size,
+                                                             .vmm_max_mapping_size = c.vmm_max_mapping_size});
+        progress_bar progress{path + " on " + name + (c.repeats > 1 ? " (run " + std::to_string(run + 1) + ")" : "")};
+        runs[i].push_back(replay(log, r, {.progress = progress.callback()}));
+        progress.clear();
+        upfront[i] = r.reserves_upfront();
+      }
     }
     bool any_upfront = false;
-    for (std::string const& name : c.resources) {
-      replay_resource r = make_replay_resource(name, {.simulate = c.simulate,
-                                                           .vmm_slab_size = c.vmm_slab_size,
-                                                           .vmm_max_mapping_size = c.vmm_max_mapping_size});
-      progress_bar progress{path + " on " + name};
-      replay_result const result = replay(log, r, {.progress = progress.callback()});
-      progress.clear();
-      any_upfront = any_upfront || r.reserves_upfront();
+    for (std::size_t i = 0; i < c.resources.size(); ++i) {
+      std::string const& name = c.resources[i];
+      timing const t = timing_of(runs[i]);
+      replay_result const& result = runs[i].front();  // the peaks and counts are the same in every run
+      any_upfront = any_upfront || upfront[i];
       std::size_t const upstream = result.peak_upstream_bytes.value_or(0);
       if (c.csv) {
         out << path << ',' << name << ',' << result.ops << ',' << std::fixed << std::setprecision(1)
-            << result.ns_per_op << ',' << upstream << ',' << result.peak_live_bytes << ',' << std::setprecision(4)
+            << t.median << ',' << upstream << ',' << result.peak_live_bytes << ',' << std::setprecision(4)
             << result.fragmentation.value_or(0.0) << ',' << result.failures << ',' << result.unknown_frees << ','
-            << result.log_failures << ',' << result.log_failures_reproduced << ',' << (r.reserves_upfront() ? 1 : 0)
-            << '\n';
+            << result.log_failures << ',' << result.log_failures_reproduced << ',' << (upfront[i] ? 1 : 0) << ','
+            << c.repeats << ',' << std::setprecision(1) << t.min << ',' << t.max << '\n';
       } else {
         std::ostringstream ratio;
         if (result.fragmentation) {
-          ratio << std::fixed << std::setprecision(3) << *result.fragmentation << (r.reserves_upfront() ? "*" : "");
+          ratio << std::fixed << std::setprecision(3) << *result.fragmentation << (upfront[i] ? "*" : "");
         } else {
           ratio << '-';
         }
         std::ostringstream ns;
-        ns << std::fixed << std::setprecision(1) << result.ns_per_op;
+        ns << std::fixed << std::setprecision(1) << t.median;
         out << std::left << std::setw(11) << name << std::right << std::setw(10) << ns.str() << std::setw(15)
             << compact_bytes(upstream) << std::setw(13) << compact_bytes(result.peak_live_bytes) << std::setw(9)
-            << ratio.str() << std::setw(10) << result.failures << std::setw(15) << result.unknown_frees << '\n';
+            << ratio.str() << std::setw(10) << result.failures << std::setw(15) << result.unknown_frees;
+        if (c.repeats > 1) {
+          std::ostringstream range;
+          range << std::fixed << std::setprecision(1) << t.min << " - " << t.max;
+          out << std::setw(22) << range.str();
+        }
+        out << '\n';
       }
       out.flush();
     }

@@ -47,8 +47,9 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
     expects(*options.reservation_size >= slab, "reservation_size " + std::to_string(*options.reservation_size) +
                                                  " is smaller than one slab (" + std::to_string(slab) + " bytes)");
   }
+  device_total_ = provider_->mem_info().total;
   std::size_t const reservation =
-    round_up(options.reservation_size.value_or(4 * std::max(provider_->mem_info().total, slab)), slab);
+    round_up(options.reservation_size.value_or(4 * std::max(device_total_, slab)), slab);
   if (maximum_physical_) {
     expects(*maximum_physical_ >= slab, "maximum_physical_size " + std::to_string(*maximum_physical_) +
                                           " is smaller than one slab (" + std::to_string(slab) + " bytes)");
@@ -253,6 +254,10 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
   std::size_t movable_slabs = 0;
   for (auto const& m : plan->movable) { movable_slabs += m.slabs; }
   std::size_t const still_needed = plan->slabs - movable_slabs;
+  if (physical + still_needed * slab > device_total_) {  // would fail after creating all the device has
+    fail(requested, "the device has no memory for it: the pool would hold " +
+                      format_bytes(physical + still_needed * slab) + ", more than the device's total memory");
+  }
   if (maximum_physical_ && physical + still_needed * slab > *maximum_physical_) {
     fail(requested, "it would take the physical memory to " + format_bytes(physical + still_needed * slab) +
                       ", over the maximum_physical_size of " + format_bytes(*maximum_physical_));

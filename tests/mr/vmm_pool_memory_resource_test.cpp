@@ -614,6 +614,28 @@ TEST(vmm_pool_memory_resource, a_full_device_is_out_of_memory_saying_so_and_keep
   for (void* p : {a, b, d}) { pool.deallocate(p, granule); }
 }
 
+// A request that would take the pool beyond the device's total memory fails before any memory is
+// created (growing slab by slab until the device says no would take all its memory for a moment).
+TEST(vmm_pool_memory_resource, a_request_larger_than_the_device_is_out_of_memory_before_creating_anything)
+{
+  simulated_vmm_provider provider{4 * granule};
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule, 64 * granule)};
+  void* a = pool.allocate(granule);
+  try {
+    void* p = pool.allocate(4 * granule);
+    pool.deallocate(p, 4 * granule);
+    FAIL() << "served 8 MiB more on a device of 8 MiB";
+  } catch (out_of_memory const& e) {
+    std::string const what = e.what();
+    EXPECT_NE(what.find("more than the device's total memory"), std::string::npos) << what;
+    EXPECT_NE(what.find("device free"), std::string::npos) << what;
+  }
+  EXPECT_EQ(pool.slabs_created(), 1U) << "created memory for a request that could never fit";
+  EXPECT_EQ(pool.peak_physical_bytes(), granule);
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(a, granule);
+}
+
 TEST(vmm_pool_memory_resource, a_request_larger_than_the_reservation_is_out_of_memory_at_once)
 {
   simulated_vmm_provider provider;

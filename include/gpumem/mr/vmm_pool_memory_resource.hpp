@@ -15,7 +15,8 @@
  * Growth: when no free range holds a request, the pool backs the place that needs the fewest new slabs
  * (often right after the free range at the top, so a 500 MiB request over a 300 MiB free top range maps
  * 200 MiB). It first unmaps wholly free slabs elsewhere and maps their physical memory there; only what is
- * still missing is created. When the device has no memory for it (or maximum_physical_size forbids it),
+ * still missing is created. When the device has no memory for it (or maximum_physical_size forbids it,
+ * or it exceeds the device's total memory, which fails before any memory is created),
  * the slabs backed for this request go back to the device and gpumem::out_of_memory names the request,
  * the pool's state and the device's free and total memory.
  *
@@ -197,6 +198,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::vector<stream_slot> slots_;              // guarded by mutex_; index = bit in the heap's masks
   std::size_t bytes_in_use_{};
   std::size_t peak_physical_{};
+  std::size_t device_total_{};  // the provider's total memory: a growth beyond it fails before creating anything
   std::size_t max_mapping_slabs_{1};
   std::size_t created_{}, moved_{}, released_{};
 };
