@@ -1,4 +1,5 @@
-// `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--slab-mib N] [--mapping-mib N] [--repeat N] [--csv]`:
+// `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--slab-mib N] [--mapping-mib N] [--mapping-divisor N]
+// [--repeat N] [--csv]`:
 // replays allocation logs against resources by name and prints one table per log (docs/formats.md). The reading, the replay and the
 // resources are the library's (replay/allocation_log.hpp, replay/replay.hpp, replay/replay_resource.hpp);
 // this file parses the command line and formats the results.
@@ -37,6 +38,7 @@ struct replay_command {
   std::size_t repeats{1};                                      // --repeat: runs per resource, interleaved
   std::size_t vmm_slab_size{std::size_t{32} << 20};          // --slab-mib: the vmm resource's slab size
   std::optional<std::size_t> vmm_max_mapping_size{};          // --mapping-mib: its largest new mapping
+  std::size_t vmm_mapping_divisor{0};                         // --mapping-divisor: pieces of 1/N of the pool
 };
 
 /// The value of `--<flag> N` (N MiB, 1 to 1 TiB) in bytes.
@@ -73,6 +75,9 @@ replay_command parse(std::span<std::string_view const> args)
       } else {
         c.vmm_max_mapping_size = bytes;
       }
+    } else if (a == "--mapping-divisor") {
+      if (i + 1 == args.size()) { throw usage_error("replay: --mapping-divisor needs a value, e.g. --mapping-divisor 64"); }
+      c.vmm_mapping_divisor = parse_count(args[++i], a, "replay");
     } else if (a == "--repeat") {
       if (i + 1 == args.size()) { throw usage_error("replay: --repeat needs a value, e.g. --repeat 5"); }
       c.repeats = parse_count(args[++i], a, "replay");
@@ -142,7 +147,8 @@ int run_replay(std::span<std::string_view const> args, std::ostream& out)
         std::string const& name = c.resources[i];
         replay_resource r = make_replay_resource(name, {.simulate = c.simulate,
                                                              .vmm_slab_size = c.vmm_slab_size,
-                                                             .vmm_max_mapping_size = c.vmm_max_mapping_size});
+                                                             .vmm_max_mapping_size = c.vmm_max_mapping_size,
+                                                             .vmm_mapping_divisor = c.vmm_mapping_divisor});
         progress_bar progress{path + " on " + name + (c.repeats > 1 ? " (run " + std::to_string(run + 1) + ")" : "")};
         runs[i].push_back(replay(log, r, {.progress = progress.callback()}));
         progress.clear();

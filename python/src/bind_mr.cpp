@@ -232,7 +232,8 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     "free slabs are moved where the pool grows, and release_unused() gives them back to the device.");
   vmm.def(py::init([](std::size_t slab_size, std::optional<std::size_t> reservation_size,
                       std::optional<std::size_t> maximum_physical_size, std::vector<int> peer_devices,
-                      std::optional<std::size_t> release_threshold, std::optional<std::size_t> max_mapping_size) {
+                      std::optional<std::size_t> release_threshold, std::optional<std::size_t> max_mapping_size,
+                      std::size_t mapping_divisor) {
             py::gil_scoped_release const release;
             mr::vmm_pool_options options;
             options.slab_size = slab_size;
@@ -241,18 +242,21 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
             options.peer_devices = std::move(peer_devices);
             options.release_threshold = release_threshold;
             options.max_mapping_size = max_mapping_size;
+            options.mapping_divisor = mapping_divisor;
             return std::make_unique<mr::vmm_pool_memory_resource>(options);
           }),
           py::arg("slab_size") = std::size_t{32} << 20, py::arg("reservation_size") = py::none(),
           py::arg("maximum_physical_size") = py::none(), py::arg("peer_devices") = std::vector<int>{},
           py::arg("release_threshold") = py::none(), py::arg("max_mapping_size") = py::none(),
+          py::arg("mapping_divisor") = std::size_t{0},
           "A pool on the current device. slab_size: bytes of physical memory per slab (rounded up to the "
           "device's granularity); reservation_size: virtual address space to reserve (None: 4 x the device's "
           "memory); maximum_physical_size: a cap (None: the device's); peer_devices: devices that may access "
           "the memory; release_threshold: bytes of wholly free slabs a deallocation keeps before it releases "
           "the rest to the device (None: keep them until release_unused); max_mapping_size: the largest piece of "
           "physical memory one growth creates (None: one slab; larger pieces grow faster, but move and go back "
-          "only whole). Raises ValueError when the device "
+          "only whole); mapping_divisor: N > 0 lets a piece cover up to 1/N of the memory the pool holds when it "
+          "grows (at most max_mapping_size when given; 0: pieces of max_mapping_size). Raises ValueError when the device "
           "has no virtual memory management or an option is bad.");
   vmm.def("release_unused", &mr::vmm_pool_memory_resource::release_unused, py::call_guard<py::gil_scoped_release>(),
           "Unmaps and releases every wholly free slab once the streams that freed memory in it are done; "
@@ -260,6 +264,8 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
   vmm.def_property_readonly("slab_size", &mr::vmm_pool_memory_resource::slab_size, "Bytes per slab.");
   vmm.def_property_readonly("max_mapping_size", &mr::vmm_pool_memory_resource::max_mapping_size,
                             "The largest piece of physical memory a growth creates (whole slabs).");
+  vmm.def_property_readonly("mapping_divisor", &mr::vmm_pool_memory_resource::mapping_divisor,
+                            "N when a piece may cover up to 1/N of the pool's memory; 0 when pieces are max_mapping_size.");
   vmm.def_property_readonly("mapping_count", &mr::vmm_pool_memory_resource::mapping_count,
                             "Pieces of physical memory mapped now.");
   vmm.def_property_readonly("reservation_size", &mr::vmm_pool_memory_resource::reservation_size,

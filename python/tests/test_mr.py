@@ -377,3 +377,15 @@ def test_vmm_pool_pieces_of_several_slabs():
     assert pool.release_unused() == 14 << 20
     assert pool.mapping_count == 0 and pool.physical_bytes == 0
     assert mr.VmmPoolMemoryResource(slab_size=2 << 20).max_mapping_size == 2 << 20  # default: one slab
+
+
+def test_vmm_pool_pieces_grow_with_the_pool_under_a_mapping_divisor():
+    pool = mr.VmmPoolMemoryResource(slab_size=2 << 20, mapping_divisor=2)
+    assert pool.mapping_divisor == 2
+    first = pool.allocate(8 << 20)  # empty pool: 4 pieces of one slab
+    assert pool.mapping_count == 4
+    second = pool.allocate(8 << 20)  # 4 slabs held: pieces of 2 slabs
+    assert pool.mapping_count == 6 and pool.slab_count == 8
+    pool.deallocate(first, 8 << 20)
+    pool.deallocate(second, 8 << 20)
+    assert pool.release_unused() == 16 << 20

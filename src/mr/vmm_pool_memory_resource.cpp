@@ -42,6 +42,7 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
   expects(options.slab_size > 0, "slab_size is 0");
   std::size_t const granularity = provider_->granularity();
   std::size_t const slab = round_up(options.slab_size, granularity);
+  mapping_divisor_ = options.mapping_divisor;
   max_mapping_slabs_ = std::max<std::size_t>(1, options.max_mapping_size.value_or(slab) / slab);
   if (options.reservation_size) {
     expects(*options.reservation_size >= slab, "reservation_size " + std::to_string(*options.reservation_size) +
@@ -54,6 +55,7 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
     expects(*maximum_physical_ >= slab, "maximum_physical_size " + std::to_string(*maximum_physical_) +
                                           " is smaller than one slab (" + std::to_string(slab) + " bytes)");
   }
+  if (mapping_divisor_ > 0 && !options.max_mapping_size) { max_mapping_slabs_ = reservation / slab; }
   // Reserve one slab more, so that the heap's base can be aligned to the slab size.
   reservation_size_ = reservation + slab;
   reservation_ = provider_->reserve(reservation_size_);
@@ -285,6 +287,9 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
     }
     spare.clear();
   };
+  std::size_t const piece_slabs =  // the most slabs one new mapping covers
+    mapping_divisor_ == 0 ? max_mapping_slabs_
+                          : std::clamp<std::size_t>(heap_->slab_count() / mapping_divisor_, 1, max_mapping_slabs_);
   std::size_t mappings = 0;
   std::size_t spare_slabs = 0;  // the slabs in `spare`
   try {
@@ -303,7 +308,7 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
         spare.pop_back();
         spare_slabs -= slabs;
       } else {
-        slabs = std::min(remaining, max_mapping_slabs_);
+        slabs = std::min(remaining, piece_slabs);
         handle = provider_->create(slabs * slab);
         if (handle == 0) {
           fail(requested, "the device has no memory for another " + format_bytes(slabs * slab) + " (" +

@@ -128,6 +128,7 @@ void build_vmm(builder& b)
   mr::vmm_pool_options options;
   options.slab_size = b.options.vmm_slab_size;
   options.max_mapping_size = b.options.vmm_max_mapping_size;
+  options.mapping_divisor = b.options.vmm_mapping_divisor;
   mr::vmm_pool_memory_resource* r = nullptr;
   if (b.options.simulate) {
     r = b.emplace<mr::vmm_pool_memory_resource>(

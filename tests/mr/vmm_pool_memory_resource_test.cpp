@@ -422,6 +422,37 @@ TEST(vmm_pool_memory_resource, growth_creates_pieces_of_up_to_max_mapping_size_a
   EXPECT_TRUE(books_balance(pool, provider));
 }
 
+// mapping_divisor: pieces grow with the pool (1/N of what it holds when it grows), capped by max_mapping_size.
+TEST(vmm_pool_memory_resource, with_a_mapping_divisor_pieces_grow_with_the_pool)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_options options = slabs_of(granule);
+  options.mapping_divisor = 4;
+  vmm_pool_memory_resource pool{borrow(provider), options};
+  EXPECT_EQ(pool.mapping_divisor(), 4U);
+  EXPECT_EQ(pool.max_mapping_size(), pool.reservation_size()) << "no cap but the reservation";
+  void* first = pool.allocate(7 * granule);  // an empty pool: pieces of one slab
+  EXPECT_EQ(pool.mapping_count(), 7U);
+  void* second = pool.allocate(9 * granule);  // 7 slabs held: pieces of 7 / 4 = 1 slab
+  EXPECT_EQ(pool.mapping_count(), 16U);
+  void* third = pool.allocate(9 * granule);  // 16 slabs held: pieces of 4, 4 and 1
+  EXPECT_EQ(pool.mapping_count(), 19U);
+  EXPECT_EQ(pool.slab_count(), 25U);
+  EXPECT_TRUE(books_balance(pool, provider));
+  for (auto [p, bytes] : {std::pair{first, 7 * granule}, {second, 9 * granule}, {third, 9 * granule}}) { pool.deallocate(p, bytes); }
+  EXPECT_EQ(pool.release_unused(), 25 * granule);
+  EXPECT_EQ(provider.physical_bytes(), 0U);
+
+  options.max_mapping_size = 2 * granule;  // the cap holds
+  vmm_pool_memory_resource capped{borrow(provider), options};
+  void* a = capped.allocate(16 * granule);
+  void* b = capped.allocate(8 * granule);  // 16 slabs held: 1/4 is 4 slabs, capped at 2
+  EXPECT_EQ(capped.mapping_count(), 16U + 4U);
+  capped.deallocate(a, 16 * granule);
+  capped.deallocate(b, 8 * granule);
+  capped.check_invariants();
+}
+
 TEST(vmm_pool_memory_resource, a_wholly_free_piece_moves_whole_instead_of_memory_being_created)
 {
   simulated_vmm_provider provider;

@@ -81,6 +81,10 @@ struct vmm_pool_options {
   /// over 32 MiB slabs took GPT training's peak from 1.038 to 1.060 times its live bytes, for a speed-up
   /// within the noise of the measuring host.
   std::optional<std::size_t> max_mapping_size{};
+  /// When N > 0: a new piece covers up to 1/N of the physical memory the pool holds when it grows (at least
+  /// one slab; at most max_mapping_size, when that is set). A large pool then grows in fewer driver calls,
+  /// and the memory that a whole piece pins stays a small share of the pool. 0: pieces of max_mapping_size.
+  std::size_t mapping_divisor{0};
   /// Bytes of virtual address space to reserve (at least one slab; rounded up to slabs); none: four times
   /// the device's total memory.
   std::optional<std::size_t> reservation_size{};
@@ -140,7 +144,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   [[nodiscard]] std::size_t slab_count() const noexcept;
   /** @return how many pieces of physical memory back the slabs. */
   [[nodiscard]] std::size_t mapping_count() const noexcept;
+  /** @return the most bytes one new piece may cover (with a mapping_divisor and no max_mapping_size: the reservation). */
   [[nodiscard]] std::size_t max_mapping_size() const noexcept;
+  [[nodiscard]] std::size_t mapping_divisor() const noexcept { return mapping_divisor_; }
   /** @return how many slabs were created, moved (unmapped and mapped elsewhere) and released since construction. */
   [[nodiscard]] std::size_t slabs_created() const noexcept;
   [[nodiscard]] std::size_t slabs_moved() const noexcept;
@@ -200,6 +206,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::size_t peak_physical_{};
   std::size_t device_total_{};  // the provider's total memory: a growth beyond it fails before creating anything
   std::size_t max_mapping_slabs_{1};
+  std::size_t mapping_divisor_{0};
   std::size_t created_{}, moved_{}, released_{};
 };
 

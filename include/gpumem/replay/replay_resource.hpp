@@ -61,6 +61,8 @@ struct replay_resource_options {
   std::size_t vmm_slab_size{std::size_t{32} << 20};
   /// The vmm resource's vmm_pool_options::max_mapping_size (none: one slab per mapping).
   std::optional<std::size_t> vmm_max_mapping_size{};
+  /// The vmm resource's vmm_pool_options::mapping_divisor (0: pieces of vmm_max_mapping_size).
+  std::size_t vmm_mapping_divisor{0};
 };
 
 /**
