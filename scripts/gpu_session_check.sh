@@ -4,7 +4,7 @@
 # whole C++ suite and of the Python suite, and 30 repeats of the spill-manager stress tests. Everything
 # under $OUT/session is tarred into $OUT/session.tgz (the device tool returns at most 8 files).
 # GPUMEM_SESSION_QUICK=1: build
-# instead of gpu_vmm_check.sh, plus three replays of pool and vmm.
+# instead of gpu_vmm_check.sh, plus one replay of pool and vmm (five runs each, taking turns).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 final=${OUT:-/tmp/gpumem-out}; work=/tmp/session; rm -rf "$work"; mkdir -p "$work"
@@ -13,8 +13,8 @@ build=build/gpu
 if [[ ${GPUMEM_SESSION_QUICK:-0} == 1 ]]; then  # build only, then the steps below and three more replays
   { cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DGPUMEM_BUILD_TESTS=ON \
       -DGPUMEM_BUILD_CLI=ON -DGPUMEM_BUILD_PYTHON=ON -DGPUMEM_WARNINGS_AS_ERRORS=OFF && cmake --build "$build" --parallel "$(nproc)"
-    for i in 4 5 6; do GPUMEM_BACKEND=cuda "$build/cli/gpumem" replay --csv --resource pool,vmm data/logs/pytorch_*.csv.gz \
-      > "$work/replay-$i.csv"; done; } > "$work/vmm_check.txt" 2>&1
+    GPUMEM_BACKEND=cuda "$build/cli/gpumem" replay --csv --repeat 5 --resource pool,vmm data/logs/pytorch_*.csv.gz \
+      > "$work/replay.csv"; } > "$work/vmm_check.txt" 2>&1
 else
   bash scripts/gpu_vmm_check.sh > "$work/vmm_check.txt" 2>&1
 fi

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Issue 7 on the GPU machine: build (release, sm_90), the whole ctest suite, compute-sanitizer memcheck of the
 # VMM tests on the cuda backend, and the fragmentation figures of docs/PERFORMANCE.md: `gpumem replay` of
-# the four PyTorch logs in data/logs against pool, vmm and cuda_async, three times (medians in the docs),
-# plus vmm at 16 and 64 MiB slabs and with pieces of 64 and 128 MiB; the VMM driver-call probes
-# (scripts/probes/vmm_costs.cpp, vmm_parallel.cpp) and the time of
-# every growth in one replay (debug log). Logs go to "${OUT:-/tmp/gpumem-out}" (ctest.log, memcheck.log,
-# replay-N.csv, slabs.csv, mappings.csv, build.log, probe.log, growth.log); a summary ends the output.
+# the four PyTorch logs in data/logs against pool, vmm and cuda_async (five runs each, taking turns; medians
+# in the docs), then pool and vmm with pieces that grow with the pool (--mapping-divisor, GPUMEM_VMM_DIVISORS,
+# default "48 64"); the VMM driver-call probe (scripts/probes/vmm_costs.cpp) and the time of every growth in
+# one replay (debug log). Logs go to "${OUT:-/tmp/gpumem-out}" (ctest.log, memcheck.log, replay.csv,
+# divisors.csv, build.log, probe.log, growth.log); a summary ends the output. Slab sizes, fixed piece sizes and
+# growth from several threads were measured by earlier versions of this script (docs/PERFORMANCE.md).
 #
 #   bash scripts/gpu_vmm_check.sh          (GPUMEM_SKIP_CTEST=1: leave out the ctest suite)
 set -uo pipefail
@@ -36,26 +37,19 @@ step memcheck-vmm memcheck.log env GPUMEM_BACKEND=cuda "$san" --tool memcheck --
 tail -5 "$out/memcheck.log"
 logs=(data/logs/pytorch_resnet50_train.csv.gz data/logs/pytorch_gpt_train.csv.gz data/logs/pytorch_unet_train.csv.gz
       data/logs/pytorch_llm_generate.csv.gz)
-for i in 1 2 3; do
-  step "replay $i" "replay-$i.csv" env GPUMEM_BACKEND=cuda "$build/cli/gpumem" replay --csv --resource pool,vmm,cuda_async "${logs[@]}"
-done
-for mib in 16 64; do
-  step "replay slab $mib" slabs.csv env GPUMEM_BACKEND=cuda "$build/cli/gpumem" replay --csv --resource vmm --slab-mib "$mib" "${logs[@]}"
-done
-# Larger pieces of physical memory over 32 MiB slabs (vmm_pool_options::max_mapping_size), three runs each.
-for i in 1 2 3; do
-  for mib in 64 128; do
-    step "replay pieces $mib/$i" mappings.csv env GPUMEM_BACKEND=cuda "$build/cli/gpumem" replay --csv --resource vmm \
-      --mapping-mib "$mib" "${logs[@]}"
-  done
+# Five runs per resource in one process, the resources taking turns (ns/op: the median; --repeat).
+step replay replay.csv env GPUMEM_BACKEND=cuda "$build/cli/gpumem" replay --csv --repeat 5 --resource pool,vmm,cuda_async "${logs[@]}"
+# Pieces that grow with the pool (vmm_pool_options::mapping_divisor), against the pool in the same process.
+for divisor in ${GPUMEM_VMM_DIVISORS:-48 64}; do
+  step "replay divisor $divisor" divisors.csv env GPUMEM_BACKEND=cuda "$build/cli/gpumem" replay --csv --repeat 5 \
+    --resource pool,vmm --mapping-divisor "$divisor" "${logs[@]}"
 done
 # Where a growth's time goes: the driver calls alone (probe), and every growth of one vmm replay (debug log).
 step probe probe.log bash -c 'nvcc -O2 -std=c++17 scripts/probes/vmm_costs.cpp -lcuda -o /tmp/vmm_costs && /tmp/vmm_costs'
-step "probe threads" probe.log bash -c 'nvcc -O2 -std=c++17 scripts/probes/vmm_parallel.cpp -lcuda -o /tmp/vmm_parallel && /tmp/vmm_parallel'
 step "growth log" probe.log env GPUMEM_BACKEND=cuda GPUMEM_LOG_LEVEL=debug GPUMEM_DEBUG_LOG_FILE="$out/growth.log" \
   "$build/cli/gpumem" replay --resource vmm data/logs/pytorch_resnet50_train.csv.gz
 awk '/grew by/ { n++; for (i = 1; i <= NF; i++) if ($i == "us;") t += $(i - 1) } END { printf "growths %d, total %.1f ms\n", n, t / 1000 }' \
   "$out/growth.log" | tee -a "$out/probe.log"
 grep -v "^====" "$out/probe.log" | grep -E "MiB|growths" | tail -8
-cat "$out"/replay-1.csv
+cat "$out"/replay.csv "$out"/divisors.csv | grep -v "^====" | cut -d, -f1-7,13-15
 printf '%s\n' "${summary[@]}"
