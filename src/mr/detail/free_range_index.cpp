@@ -106,12 +106,24 @@ free_range_index::range const* free_range_index::insert(std::uintptr_t start, st
 void free_range_index::reshape(range const* which, std::uintptr_t start, std::size_t size, std::uint64_t streams) noexcept
 {
   record* r = mutable_record(which);
-  // Out of the size index before its key changes; the address index keeps it (its order stays).
-  auto node = by_size_.extract(r->in_size);
   bytes_ = bytes_ - r->size + size;
+  r->streams = streams;
+  // The size index keeps the record where it is when its neighbours there still bracket the new key (a
+  // cut from a range larger than every smaller one, a merge that stays below the next size): a store.
+  fit_key const key{size, start};
+  auto const where = r->in_size;
+  bool const stays = (where == by_size_.begin() || fit_less{}(*std::prev(where), key)) &&
+                     (std::next(where) == by_size_.end() || fit_less{}(key, *std::next(where)));
+  if (stays) {
+    r->start = start;
+    r->size = size;
+    return;
+  }
+  // Otherwise out of the size index before its key changes, and back in (the node is reused); the
+  // address index keeps it either way (its order stays).
+  auto node = by_size_.extract(where);
   r->start = start;
   r->size = size;
-  r->streams = streams;
   r->in_size = by_size_.insert(std::move(node)).position;
 }
 

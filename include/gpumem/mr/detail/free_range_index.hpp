@@ -6,9 +6,11 @@
  * Why not two std::maps keyed by value: a block cut from a range's start, or merged into a neighbour,
  * changes the range's address without changing its place among the other ranges (they never overlap).
  * Here each range is one record that both indexes point to, and the address index orders records by
- * their current start, so such a change is a store, not a re-insertion. Only the size index is re-keyed
- * (one extraction and one insertion, reusing the node). A best-fit cut costs one lower_bound and one
- * re-key; docs/PERFORMANCE.md ("Fragmentation") has what this bought on the PyTorch logs.
+ * their current start, so such a change is a store, not a re-insertion. The size index is re-keyed (one
+ * extraction and one insertion, reusing the node) only when the new (size, start) leaves the place between
+ * its neighbours there; a cut from the largest range, or a merge that stays below the next size, is a store
+ * too. A best-fit cut costs one lower_bound and at most one re-key; docs/PERFORMANCE.md ("Fragmentation")
+ * has what this bought on the PyTorch logs.
  *
  *     free_range_index ranges;
  *     auto const* r = ranges.best_fit(bytes);           // the smallest range that holds bytes
@@ -121,7 +123,8 @@ class GPUMEM_EXPORT free_range_index {
     bool operator()(fit_key a, record const* b) const noexcept;
   };
   // The address index orders records by their start, which reshape() changes in place: allowed because
-  // the order among the records it holds never changes (ranges do not overlap).
+  // the order among the records it holds never changes (ranges do not overlap). The size index's key is
+  // changed in place only when the record's neighbours there still bracket it (reshape() checks).
   using address_set = std::set<record*, start_less>;
   using size_set = std::set<record*, fit_less>;
   struct record : range {
