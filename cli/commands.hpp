@@ -19,8 +19,9 @@ class usage_error : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-/// The value of `option` (an integer in [1, 1000]) for `command`. @throws usage_error naming both otherwise.
-std::size_t parse_count(std::string_view text, std::string_view option, std::string_view command);
+/// The value of `option` (an integer in [minimum, 1000]) for `command`. @throws usage_error naming both otherwise.
+std::size_t parse_count(std::string_view text, std::string_view option, std::string_view command,
+                        std::size_t minimum = 1);
 
 /// `gpumem info`: backend, runtime and driver versions, and every device's properties and memory.
 int run_info(std::span<std::string_view const> args, std::ostream& out);

@@ -38,7 +38,7 @@ struct replay_command {
   std::size_t repeats{1};                                      // --repeat: runs per resource, interleaved
   std::size_t vmm_slab_size{std::size_t{32} << 20};          // --slab-mib: the vmm resource's slab size
   std::optional<std::size_t> vmm_max_mapping_size{};          // --mapping-mib: its largest new mapping
-  std::size_t vmm_mapping_divisor{0};                         // --mapping-divisor: pieces of 1/N of the pool
+  std::size_t vmm_mapping_divisor{replay_resource_options{}.vmm_mapping_divisor};  // --mapping-divisor: 1/N of the pool
 };
 
 /// The value of `--<flag> N` (N MiB, 1 to 1 TiB) in bytes.
@@ -77,7 +77,7 @@ replay_command parse(std::span<std::string_view const> args)
       }
     } else if (a == "--mapping-divisor") {
       if (i + 1 == args.size()) { throw usage_error("replay: --mapping-divisor needs a value, e.g. --mapping-divisor 64"); }
-      c.vmm_mapping_divisor = parse_count(args[++i], a, "replay");
+      c.vmm_mapping_divisor = parse_count(args[++i], a, "replay", 0);
     } else if (a == "--repeat") {
       if (i + 1 == args.size()) { throw usage_error("replay: --repeat needs a value, e.g. --repeat 5"); }
       c.repeats = parse_count(args[++i], a, "replay");

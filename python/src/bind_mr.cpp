@@ -248,15 +248,16 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
           py::arg("slab_size") = std::size_t{32} << 20, py::arg("reservation_size") = py::none(),
           py::arg("maximum_physical_size") = py::none(), py::arg("peer_devices") = std::vector<int>{},
           py::arg("release_threshold") = py::none(), py::arg("max_mapping_size") = py::none(),
-          py::arg("mapping_divisor") = std::size_t{0},
+          py::arg("mapping_divisor") = mr::vmm_pool_options{}.mapping_divisor,
           "A pool on the current device. slab_size: bytes of physical memory per slab (rounded up to the "
           "device's granularity); reservation_size: virtual address space to reserve (None: 4 x the device's "
           "memory); maximum_physical_size: a cap (None: the device's); peer_devices: devices that may access "
           "the memory; release_threshold: bytes of wholly free slabs a deallocation keeps before it releases "
           "the rest to the device (None: keep them until release_unused); max_mapping_size: the largest piece of "
-          "physical memory one growth creates (None: one slab; larger pieces grow faster, but move and go back "
-          "only whole); mapping_divisor: N > 0 lets a piece cover up to 1/N of the memory the pool holds when it "
-          "grows (at most max_mapping_size when given; 0: pieces of max_mapping_size). Raises ValueError when the device "
+          "physical memory one growth creates (None: no cap but mapping_divisor's; larger pieces grow faster, but "
+          "move and go back only whole); mapping_divisor: N > 0 (default 64) lets a piece cover up to 1/N of the "
+          "memory the pool holds when it grows (at most max_mapping_size when given; 0: pieces of "
+          "max_mapping_size, one slab when that is None). Raises ValueError when the device "
           "has no virtual memory management or an option is bad.");
   vmm.def("release_unused", &mr::vmm_pool_memory_resource::release_unused, py::call_guard<py::gil_scoped_release>(),
           "Unmaps and releases every wholly free slab once the streams that freed memory in it are done; "

@@ -369,14 +369,16 @@ def test_vmm_pool_release_threshold_gives_memory_back_on_free():
 
 
 def test_vmm_pool_pieces_of_several_slabs():
-    pool = mr.VmmPoolMemoryResource(slab_size=2 << 20, max_mapping_size=(6 << 20) + 1)
+    pool = mr.VmmPoolMemoryResource(slab_size=2 << 20, max_mapping_size=(6 << 20) + 1, mapping_divisor=0)
     assert pool.max_mapping_size == 6 << 20  # rounded down to whole slabs
     ptr = pool.allocate(14 << 20)  # 7 slabs: pieces of 3, 3 and 1
     assert pool.mapping_count == 3 and pool.slab_count == 7
     pool.deallocate(ptr, 14 << 20)
     assert pool.release_unused() == 14 << 20
     assert pool.mapping_count == 0 and pool.physical_bytes == 0
-    assert mr.VmmPoolMemoryResource(slab_size=2 << 20).max_mapping_size == 2 << 20  # default: one slab
+    assert mr.VmmPoolMemoryResource(slab_size=2 << 20, mapping_divisor=0).max_mapping_size == 2 << 20  # one slab
+    default = mr.VmmPoolMemoryResource(slab_size=2 << 20)
+    assert default.mapping_divisor == 64 and default.max_mapping_size == default.reservation_size
 
 
 def test_vmm_pool_pieces_grow_with_the_pool_under_a_mapping_divisor():

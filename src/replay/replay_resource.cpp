@@ -129,6 +129,8 @@ void build_vmm(builder& b)
   options.slab_size = b.options.vmm_slab_size;
   options.max_mapping_size = b.options.vmm_max_mapping_size;
   options.mapping_divisor = b.options.vmm_mapping_divisor;
+  static_assert(mr::vmm_pool_options{}.mapping_divisor == replay_resource_options{}.vmm_mapping_divisor,
+                "the replay's vmm defaults follow the pool's");
   mr::vmm_pool_memory_resource* r = nullptr;
   if (b.options.simulate) {
     r = b.emplace<mr::vmm_pool_memory_resource>(

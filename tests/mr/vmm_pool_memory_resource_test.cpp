@@ -46,11 +46,23 @@ using mr::vmm_pool_options;
 
 constexpr std::size_t granule = 2 * MiB;  // the simulated provider's granularity, and the host backend's
 
+/// Slabs of `slab_size`, one per piece of physical memory (mapping_divisor 0): most tests here count slabs
+/// and driver calls one by one.
 vmm_pool_options slabs_of(std::size_t slab_size, std::optional<std::size_t> reservation = std::nullopt)
 {
   vmm_pool_options options;
   options.slab_size = slab_size;
   options.reservation_size = reservation;
+  options.mapping_divisor = 0;
+  return options;
+}
+
+/// Slabs of `slab_size` in pieces of up to 1/divisor of the pool (the default's mechanism, at a divisor that
+/// makes pieces of several slabs appear in small tests).
+vmm_pool_options growing_pieces(std::size_t slab_size, std::size_t divisor)
+{
+  vmm_pool_options options = slabs_of(slab_size);
+  options.mapping_divisor = divisor;
   return options;
 }
 
@@ -110,7 +122,7 @@ std::uintptr_t address_of(void const* p) { return reinterpret_cast<std::uintptr_
 struct vmm_factory {
   static std::unique_ptr<mr::device_memory_resource> make()
   {
-    return std::make_unique<vmm_pool_memory_resource>(slabs_of(4 * MiB));
+    return std::make_unique<vmm_pool_memory_resource>(growing_pieces(4 * MiB, 2));
   }
   static constexpr char const* name = "vmm_pool_memory_resource";
   static constexpr bool oversubscription_safe = true;
@@ -119,7 +131,7 @@ struct vmm_factory {
 /// pool_memory_resource over a vmm pool, as upstream RMM stacks its pool over any resource.
 class pool_over_vmm final : public mr::device_memory_resource {
  public:
-  pool_over_vmm() : vmm_{slabs_of(4 * MiB)}, pool_{&vmm_} {}
+  pool_over_vmm() : vmm_{growing_pieces(4 * MiB, 2)}, pool_{&vmm_} {}
 
  private:
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override { return pool_.allocate(bytes, stream); }
@@ -425,9 +437,9 @@ TEST(vmm_pool_memory_resource, growth_creates_pieces_of_up_to_max_mapping_size_a
 // mapping_divisor: pieces grow with the pool (1/N of what it holds when it grows), capped by max_mapping_size.
 TEST(vmm_pool_memory_resource, with_a_mapping_divisor_pieces_grow_with_the_pool)
 {
+  EXPECT_EQ(vmm_pool_options{}.mapping_divisor, 64U) << "the default";
   simulated_vmm_provider provider;
-  vmm_pool_options options = slabs_of(granule);
-  options.mapping_divisor = 4;
+  vmm_pool_options options = growing_pieces(granule, 4);
   vmm_pool_memory_resource pool{borrow(provider), options};
   EXPECT_EQ(pool.mapping_divisor(), 4U);
   EXPECT_EQ(pool.max_mapping_size(), pool.reservation_size()) << "no cap but the reservation";

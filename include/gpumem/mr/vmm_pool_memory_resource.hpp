@@ -74,17 +74,18 @@ struct vmm_pool_options {
   /// slabs waste less at the peak and cost more calls to grow (docs/PERFORMANCE.md measured 32 MiB).
   std::size_t slab_size{std::size_t{32} << 20};
   /// The most bytes one new piece of physical memory may cover (rounded down to whole slabs, at least one);
-  /// none (the default): one slab. Growth creates what it needs in pieces of up to this size, each with
-  /// one cuMemCreate + cuMemMap + cuMemSetAccess, whose cost grows slowly with the size (32 MiB: about
-  /// 40 us, 128 MiB: about 60 us on an H200). But a piece moves and goes back to the device only whole, so
-  /// larger pieces hold more: on the PyTorch logs of docs/PERFORMANCE.md ("Fragmentation"), 128 MiB pieces
-  /// over 32 MiB slabs took GPT training's peak from 1.038 to 1.060 times its live bytes, for a speed-up
-  /// within the noise of the measuring host.
+  /// none (the default): no cap but mapping_divisor's (one slab when mapping_divisor is 0). Growth creates
+  /// what it needs in pieces, each with one cuMemCreate + cuMemMap + cuMemSetAccess, whose cost grows
+  /// slowly with the size (32 MiB: about 40 us, 128 MiB: about 60 us on an H200). But a piece moves and goes
+  /// back to the device only whole, so larger pieces hold more: fixed 128 MiB pieces over 32 MiB slabs took
+  /// GPT training's peak from 1.038 to 1.060 times its live bytes (docs/PERFORMANCE.md, "Fragmentation").
   std::optional<std::size_t> max_mapping_size{};
-  /// When N > 0: a new piece covers up to 1/N of the physical memory the pool holds when it grows (at least
-  /// one slab; at most max_mapping_size, when that is set). A large pool then grows in fewer driver calls,
-  /// and the memory that a whole piece pins stays a small share of the pool. 0: pieces of max_mapping_size.
-  std::size_t mapping_divisor{0};
+  /// N > 0 (the default, 64): a new piece covers up to 1/N of the physical memory the pool holds when it
+  /// grows (at least one slab; at most max_mapping_size, when that is set). A large pool then grows in
+  /// fewer driver calls, and what one whole piece pins stays a small share of the pool: on the PyTorch logs
+  /// 64 kept every ratio under 1.05 with 13-31 % fewer pieces (docs/PERFORMANCE.md). 0: pieces of
+  /// max_mapping_size (one slab by default).
+  std::size_t mapping_divisor{64};
   /// Bytes of virtual address space to reserve (at least one slab; rounded up to slabs); none: four times
   /// the device's total memory.
   std::optional<std::size_t> reservation_size{};
@@ -206,7 +207,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::size_t peak_physical_{};
   std::size_t device_total_{};  // the provider's total memory: a growth beyond it fails before creating anything
   std::size_t max_mapping_slabs_{1};
-  std::size_t mapping_divisor_{0};
+  std::size_t mapping_divisor_{64};
   std::size_t created_{}, moved_{}, released_{};
 };
 

@@ -59,10 +59,11 @@ struct replay_resource_options {
   std::size_t simulated_capacity{mr::simulated_memory_resource::default_capacity};
   /// The vmm resource's slab size (vmm_pool_options::slab_size).
   std::size_t vmm_slab_size{std::size_t{32} << 20};
-  /// The vmm resource's vmm_pool_options::max_mapping_size (none: one slab per mapping).
+  /// The vmm resource's vmm_pool_options::max_mapping_size (none: no cap but the divisor's).
   std::optional<std::size_t> vmm_max_mapping_size{};
-  /// The vmm resource's vmm_pool_options::mapping_divisor (0: pieces of vmm_max_mapping_size).
-  std::size_t vmm_mapping_divisor{0};
+  /// The vmm resource's vmm_pool_options::mapping_divisor, with the same default (replay_resource.cpp
+  /// checks that they agree; 0: pieces of vmm_max_mapping_size, one slab when that is none).
+  std::size_t vmm_mapping_divisor{64};
 };
 
 /**
