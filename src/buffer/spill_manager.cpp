@@ -1,12 +1,16 @@
 // spill_manager: a budget (limiting adaptor) under a retry-on-out-of-memory adaptor whose callback spills
 // unified buffers' device copies, least recently used first. The LRU list is intrusive (the buffers' own
 // links) and guarded by the manager's mutex. Lock order: a buffer's mutex, then the manager's; the
-// manager only ever try_locks a buffer, so a buffer busy on another thread is skipped, never waited for.
+// manager only ever try_locks a buffer, so a buffer busy on another thread is skipped, never blocked on (an
+// allocation that finds only busy buffers retries for a moment, sleeping between tries: on_out_of_memory).
 #include <gpumem/buffer/detail/unified_storage.hpp>
 #include <gpumem/buffer/spill_manager.hpp>
 #include <gpumem/error.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 namespace gpumem {
@@ -71,16 +75,23 @@ spill_statistics spill_manager::statistics() const
   return statistics_;
 }
 
-std::size_t spill_manager::spill(std::size_t bytes)
+std::size_t spill_manager::spill(std::size_t bytes) { return spill_some(bytes).freed; }
+
+spill_manager::spill_result spill_manager::spill_some(std::size_t bytes)
 {
-  std::size_t freed = 0;
+  spill_result result{};
   std::size_t attempts = resident_buffers();  // each buffer at most once per call
-  while (freed < bytes && attempts-- > 0) {
+  while (result.freed < bytes && attempts-- > 0) {
     detail::unified_storage* victim = nullptr;
+    std::size_t busy = 0;
     {
       std::lock_guard lock{mutex_};
       for (auto* s = oldest_; s != nullptr; s = s->lru_newer_) {
-        if (s->has_residency_hold() || !s->mutex_.try_lock()) { continue; }
+        if (s->has_residency_hold()) { continue; }
+        if (!s->mutex_.try_lock()) {  // in a member call on another thread
+          ++busy;
+          continue;
+        }
         if (s->has_residency_hold()) {  // a guard taken meanwhile
           s->mutex_.unlock();
           continue;
@@ -90,22 +101,36 @@ std::size_t spill_manager::spill(std::size_t bytes)
         break;
       }
     }
-    if (victim == nullptr) { break; }
+    if (victim == nullptr) {
+      result.busy = busy;
+      break;
+    }
     std::size_t const n = victim->spill_device_copy();
     if (n == 0 && victim->device_allocated_) {
       std::lock_guard lock{mutex_};
       link_newest(victim);  // its data could not be saved: it keeps its device copy
     }
     victim->mutex_.unlock();
-    freed += n;
+    result.freed += n;
   }
-  return freed;
+  return result;
 }
 
 bool spill_manager::on_out_of_memory(std::size_t bytes, void* self)
 {
   auto* const manager = static_cast<spill_manager*>(self);
-  if (manager->spill(bytes) > 0) { return true; }
+  // A buffer inside a member call on another thread cannot be spilled now, but will be in a moment: wait
+  // for it (backing off, up to busy_wait in all) rather than fail while memory is about to be spillable.
+  // Buffers held by residency guards are not waited for: their holders decide when they let go.
+  auto const deadline = std::chrono::steady_clock::now() + busy_wait;
+  auto pause = std::chrono::microseconds{50};
+  while (true) {
+    spill_result const result = manager->spill_some(bytes);
+    if (result.freed > 0) { return true; }
+    if (result.busy == 0 || std::chrono::steady_clock::now() + pause > deadline) { break; }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds{std::chrono::milliseconds{10}});
+  }
   std::lock_guard lock{manager->mutex_};
   ++manager->statistics_.failed_allocations;
   return false;

@@ -278,6 +278,46 @@ TEST_F(SpillManagerTest, ResidencyGuardsPreventSpilling)
   guards.clear();
 }
 
+// A buffer inside a member call on another thread cannot be spilled at that moment. An allocation that finds
+// nothing else to spill waits for it instead of failing: without the wait, the four-thread stress test below
+// failed now and then with an out-of-memory while every resident buffer was busy.
+TEST_F(SpillManagerTest, AnAllocationWaitsForABufferBusyOnAnotherThread)
+{
+  std::vector<buffer_ptr> buffers;
+  std::vector<residency_guard> guards;
+  for (std::uint64_t i = 0; i < 4; ++i) {  // the budget is full, DEVICE_ONLY
+    buffers.push_back(make());
+    buffers.back()->copy_from(pattern<u32>(slot, i), stream_);
+    if (i > 0) { guards.push_back(buffers.back()->keep_resident()); }  // only buffers[0] may be spilled
+  }
+  std::vector<u32> read(slot);
+  auto extra = make();
+  {
+    stream_hold hold{other_};
+    std::atomic<bool> reading{false};
+    std::thread reader{[&] {
+      reading = true;
+      buffers[0]->copy_to(read, other_);  // inside buffers[0] until the held stream runs
+    }};
+    while (!reading) { std::this_thread::yield(); }
+    std::this_thread::sleep_for(50ms);
+    std::thread opener{[&hold] {
+      std::this_thread::sleep_for(150ms);
+      hold.release();
+    }};
+    EXPECT_NO_THROW(extra->copy_from(pattern<u32>(slot, 9), stream_)) << "failed instead of waiting";
+    opener.join();
+    reader.join();
+  }
+  EXPECT_TRUE(read == pattern<u32>(slot, 0));
+  EXPECT_EQ(buffers[0]->state(), buffer_state::HOST_ONLY);
+  EXPECT_EQ(manager_.statistics().failed_allocations, 0U);
+  expect_holds(*buffers[0], pattern<u32>(slot, 0));
+  guards.clear();
+  expect_holds(*extra, pattern<u32>(slot, 9));
+  expect_within_budget();
+}
+
 TEST_F(SpillManagerTest, OtherUsersOfTheResourceSpillBuffersToo)
 {
   std::vector<buffer_ptr> buffers;

@@ -19,6 +19,7 @@
 #include <gpumem/mr/failure_callback_resource_adaptor.hpp>
 #include <gpumem/mr/limiting_resource_adaptor.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -45,7 +46,9 @@ struct spill_statistics {
  *
  * "Used" is a device access: device(), device_view(), sync_to_device(), copy_from(), fill(), zeros().
  * A buffer is never spilled while a residency guard holds it (unified_buffer::keep_resident()), nor while
- * another thread is inside one of its members.
+ * another thread is inside one of its members. An allocation that finds nothing else to spill waits for
+ * such busy buffers (up to a second in all, sleeping between tries) before it fails; it never waits for
+ * guarded ones.
  *
  * Thread-safety: all members may be called concurrently, and so may the buffers' members.
  * Stream-ordering: a spilled device copy is copied back (when needed) and freed on the buffer's stream,
@@ -103,6 +106,14 @@ class GPUMEM_EXPORT spill_manager {
   void on_device_freed(detail::unified_storage* storage) noexcept;  // leave the LRU
   void on_spilled(std::size_t bytes, bool copied_back);
 
+  /// What one spill pass did: bytes freed, and buffers skipped because another thread was inside them.
+  struct spill_result {
+    std::size_t freed;
+    std::size_t busy;
+  };
+  spill_result spill_some(std::size_t bytes);
+  /// How long an allocation waits, in all, for buffers that other threads are using before it fails.
+  static constexpr std::chrono::milliseconds busy_wait{1000};
   static bool on_out_of_memory(std::size_t bytes, void* self);
   void unlink(detail::unified_storage* storage) noexcept;
   void link_newest(detail::unified_storage* storage) noexcept;
