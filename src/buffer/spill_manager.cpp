@@ -83,9 +83,9 @@ spill_manager::spill_result spill_manager::spill_some(std::size_t bytes)
   std::size_t attempts = resident_buffers();  // each buffer at most once per call
   while (result.freed < bytes && attempts-- > 0) {
     detail::unified_storage* victim = nullptr;
-    std::size_t busy = 0;
     {
       std::lock_guard lock{mutex_};
+      std::size_t busy = 0;
       for (auto* s = oldest_; s != nullptr; s = s->lru_newer_) {
         if (s->has_residency_hold()) { continue; }
         if (!s->mutex_.try_lock()) {  // in a member call on another thread
@@ -98,17 +98,20 @@ spill_manager::spill_result spill_manager::spill_some(std::size_t bytes)
         }
         victim = s;
         unlink(s);
+        ++spills_in_flight_;
+        break;
+      }
+      if (victim == nullptr) {
+        result.busy = busy;
+        result.in_flight = spills_in_flight_;  // other threads' spills: their memory comes free soon
         break;
       }
     }
-    if (victim == nullptr) {
-      result.busy = busy;
-      break;
-    }
     std::size_t const n = victim->spill_device_copy();
-    if (n == 0 && victim->device_allocated_) {
+    {
       std::lock_guard lock{mutex_};
-      link_newest(victim);  // its data could not be saved: it keeps its device copy
+      if (n == 0 && victim->device_allocated_) { link_newest(victim); }  // its data could not be saved: it keeps its copy
+      --spills_in_flight_;
     }
     victim->mutex_.unlock();
     result.freed += n;
@@ -116,19 +119,37 @@ spill_manager::spill_result spill_manager::spill_some(std::size_t bytes)
   return result;
 }
 
+bool spill_manager::budget_has_room(std::size_t bytes) const noexcept
+{
+  std::size_t const counted = (bytes + limiting_.alignment() - 1) / limiting_.alignment() * limiting_.alignment();
+  return limiting_.get_allocated_bytes() + counted <= limiting_.get_allocation_limit();
+}
+
 bool spill_manager::on_out_of_memory(std::size_t bytes, void* self)
 {
   auto* const manager = static_cast<spill_manager*>(self);
-  // A buffer inside a member call on another thread cannot be spilled now, but will be in a moment: wait
-  // for it (backing off, up to busy_wait in all) rather than fail while memory is about to be spillable.
-  // Buffers held by residency guards are not waited for: their holders decide when they let go.
+  // Memory freed by another thread between the failure and this call: retry once before spilling. (Once:
+  // when the device itself is full, the budget has room and the retry fails again.)
+  thread_local bool retried_for_room = false;
+  if (!retried_for_room && manager->budget_has_room(bytes)) {
+    retried_for_room = true;
+    return true;
+  }
+  retried_for_room = false;
+  // A buffer inside a member call on another thread cannot be spilled now, and another thread's spill
+  // frees its memory in a moment: wait for them (backing off, up to busy_wait in all) rather than fail
+  // while memory is about to come free. Buffers held by residency guards are not waited for: their
+  // holders decide when they let go.
   auto const deadline = std::chrono::steady_clock::now() + busy_wait;
   auto pause = std::chrono::microseconds{50};
+  bool waited = false;
   while (true) {
     spill_result const result = manager->spill_some(bytes);
     if (result.freed > 0) { return true; }
-    if (result.busy == 0 || std::chrono::steady_clock::now() + pause > deadline) { break; }
+    if (waited && manager->budget_has_room(bytes)) { return true; }  // freed by the spills waited for
+    if ((result.busy == 0 && result.in_flight == 0) || std::chrono::steady_clock::now() + pause > deadline) { break; }
     std::this_thread::sleep_for(pause);
+    waited = true;
     pause = std::min(pause * 2, std::chrono::microseconds{std::chrono::milliseconds{10}});
   }
   std::lock_guard lock{manager->mutex_};

@@ -47,8 +47,8 @@ struct spill_statistics {
  * "Used" is a device access: device(), device_view(), sync_to_device(), copy_from(), fill(), zeros().
  * A buffer is never spilled while a residency guard holds it (unified_buffer::keep_resident()), nor while
  * another thread is inside one of its members. An allocation that finds nothing else to spill waits for
- * such busy buffers (up to a second in all, sleeping between tries) before it fails; it never waits for
- * guarded ones.
+ * such busy buffers, and for other threads' spills under way (up to a second in all, sleeping between
+ * tries), before it fails; it never waits for guarded ones.
  *
  * Thread-safety: all members may be called concurrently, and so may the buffers' members.
  * Stream-ordering: a spilled device copy is copied back (when needed) and freed on the buffer's stream,
@@ -106,12 +106,16 @@ class GPUMEM_EXPORT spill_manager {
   void on_device_freed(detail::unified_storage* storage) noexcept;  // leave the LRU
   void on_spilled(std::size_t bytes, bool copied_back);
 
-  /// What one spill pass did: bytes freed, and buffers skipped because another thread was inside them.
+  /// What one spill pass did: bytes freed; when it found nothing more, the buffers it skipped because another
+  /// thread was inside them, and the spills other threads had under way.
   struct spill_result {
     std::size_t freed;
     std::size_t busy;
+    std::size_t in_flight;
   };
   spill_result spill_some(std::size_t bytes);
+  /// Whether `bytes` would fit in the budget now.
+  [[nodiscard]] bool budget_has_room(std::size_t bytes) const noexcept;
   /// How long an allocation waits, in all, for buffers that other threads are using before it fails.
   static constexpr std::chrono::milliseconds busy_wait{1000};
   static bool on_out_of_memory(std::size_t bytes, void* self);
@@ -125,6 +129,7 @@ class GPUMEM_EXPORT spill_manager {
   detail::unified_storage* oldest_{};  // guarded by mutex_
   detail::unified_storage* newest_{};  // guarded by mutex_
   std::size_t resident_{};             // guarded by mutex_: buffers in the LRU list
+  std::size_t spills_in_flight_{};     // guarded by mutex_: victims taken out of the LRU, not yet spilled
   std::unordered_set<detail::unified_storage*> buffers_;  // guarded by mutex_: every buffer using this manager
   spill_statistics statistics_{};      // guarded by mutex_
 };
