@@ -32,7 +32,7 @@
  * usually no re-insertion: mr/detail/free_range_index.hpp), without any CUDA call when the memory is
  * backed; growing costs one cuMemCreate + cuMemMap + cuMemSetAccess per piece, about 42 us for a slab and
  * 50 us for four on an H100 (pieces grow with the pool: vmm_pool_options::mapping_divisor). On real
- * PyTorch logs that is 0.9-1.4 times the ns per operation of pool_memory_resource over cudaMalloc, at
+ * PyTorch logs that is 0.92-1.44 times the ns per operation of pool_memory_resource over cudaMalloc, at
  * 1.01-1.05 times the live bytes (docs/PERFORMANCE.md, "Fragmentation").
  *
  * Thread-safety: all members may be called concurrently (one mutex, held also while growing).
