@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -35,12 +36,35 @@ constexpr std::size_t chunk_granularity = std::size_t{2} << 20U;       // 2 MiB
   return *rounded;
 }
 
+/// An event of `device` (made current for the call, then the caller's device again). @throws cuda_error.
+[[nodiscard]] cudaEvent_t create_event_on(int device)
+{
+  auto& backend = detail::get_backend();
+  int const current = backend.current_device();
+  if (device < 0 || device == current) { return backend.event_create(cudaEventDisableTiming); }
+  backend.set_current_device(device);
+  cudaEvent_t event = nullptr;
+  try {
+    event = backend.event_create(cudaEventDisableTiming);
+  } catch (...) {
+    backend.set_current_device(current);
+    throw;
+  }
+  backend.set_current_device(current);
+  return event;
+}
+
 }  // namespace
 
 struct pinned_memory_pool::impl {
   struct pending_block {
     detail::free_block block;
     cudaEvent_t event;
+    int device;  // the event's: CUDA records an event only on a stream of its own device
+  };
+  struct spare_event {
+    cudaEvent_t event;
+    int device;
   };
 
   mutable std::mutex mutex;
@@ -48,7 +72,7 @@ struct pinned_memory_pool::impl {
   detail::chunk_map chunks;                             // chunk start -> size
   std::unordered_map<std::uintptr_t, std::size_t> in_use;  // block start -> block size
   std::deque<pending_block> pending;                    // in deallocate_async order
-  std::vector<cudaEvent_t> spare_events;
+  std::vector<spare_event> spare_events;
   std::size_t reserved{};
   std::size_t in_use_bytes{};
   std::size_t pending_bytes{};
@@ -81,17 +105,23 @@ struct pinned_memory_pool::impl {
         ++it;
         continue;
       }
-      give_back(it->block, it->event);
+      give_back(it->block, {it->event, it->device});
       it = pending.erase(it);
     }
   }
 
   /// Returns a pending block's bytes to the free list and its event (if any) to the spares. Caller holds
   /// the lock.
-  void give_back(detail::free_block const& block, cudaEvent_t event) noexcept
+  void give_back(detail::free_block const& block, spare_event event) noexcept
   {
     pending_bytes -= block.size;
-    if (event != nullptr) { spare_events.push_back(event); }
+    if (event.event != nullptr) {
+      try {
+        spare_events.push_back(event);
+      } catch (...) {  // bad_alloc: the event is destroyed instead of kept
+        detail::get_backend().event_destroy(event.event);
+      }
+    }
     try {
       free_list.insert(block);
     } catch (...) {  // bad_alloc of a list node: the block is lost to the pool, never handed out twice
@@ -154,7 +184,7 @@ pinned_memory_pool::~pinned_memory_pool()
                  "is freed\n",
                  impl_->in_use.size(), impl_->in_use_bytes);
   }
-  for (auto const event : impl_->spare_events) { backend.event_destroy(event); }
+  for (auto const& spare : impl_->spare_events) { backend.event_destroy(spare.event); }
   for (auto const& [address, size] : impl_->chunks) {
     backend.free_pinned(reinterpret_cast<void*>(address));  // NOLINT(performance-no-int-to-ptr)
   }
@@ -238,6 +268,11 @@ void pinned_memory_pool::deallocate_async(void* ptr, std::size_t bytes, cuda_str
 {
   auto& backend = detail::get_backend();
   detail::free_block block{};
+  int device = -1;
+  try {
+    device = backend.stream_device(stream.value());
+  } catch (...) {  // NOLINT(bugprone-empty-catch): an unknown stream; recording below fails and falls back
+  }
   cudaEvent_t event = nullptr;
   {
     std::lock_guard lock{impl_->mutex};
@@ -254,26 +289,31 @@ void pinned_memory_pool::deallocate_async(void* ptr, std::size_t bytes, cuda_str
     impl_->in_use.erase(it);
     impl_->in_use_bytes -= block.size;
     impl_->pending_bytes += block.size;
-    if (!impl_->spare_events.empty()) {
-      event = impl_->spare_events.back();
-      impl_->spare_events.pop_back();
+    // A spare event of the stream's device (events of other devices stay for their own streams).
+    auto& spares = impl_->spare_events;
+    auto const mine = std::find_if(spares.rbegin(), spares.rend(), [device](auto const& e) { return e.device == device; });
+    if (mine != spares.rend()) {
+      event = mine->event;
+      spares.erase(std::next(mine).base());
     }
   }
   try {
-    if (event == nullptr) { event = backend.event_create(cudaEventDisableTiming); }
+    if (event == nullptr) { event = create_event_on(device); }
     backend.event_record(event, stream.value());
   } catch (...) {
-    // No event: wait for the stream here instead, then the block is free at once.
+    // No event: wait for the stream here instead, then the block is free at once. An event that could not
+    // be recorded is not kept.
+    if (event != nullptr) { backend.event_destroy(event); }
     try {
       backend.stream_synchronize(stream.value());
     } catch (...) {  // NOLINT(bugprone-empty-catch): a failed stream's work never runs
     }
     std::lock_guard lock{impl_->mutex};
-    impl_->give_back(block, event);
+    impl_->give_back(block, {nullptr, device});
     return;
   }
   std::lock_guard lock{impl_->mutex};
-  impl_->pending.push_back({block, event});
+  impl_->pending.push_back({block, event, device});
 }
 
 void pinned_memory_pool::release_free_chunks() noexcept

@@ -149,6 +149,53 @@ TEST(PinnedMemoryPool, ABlockFreedOnAHeldStreamIsNotReusedUntilTheStreamPassesTh
   pool.deallocate(r, chunk);
 }
 
+// CUDA records an event only on a stream of the event's own device. The pool keeps its spare events per
+// device: a free on a stream of device 0, after frees on device 1 left only device-1 events, must still be
+// asynchronous. (Recording a device-1 event failed, and the pool fell back to synchronising the stream:
+// with the stream held by the calling thread, the 2-GPU suite hung in a shuffled order.)
+TEST(PinnedMemoryPool, AsyncFreeOnAnotherDevicesStreamStaysAsynchronous)
+{
+  auto& backend = detail::get_backend();
+  if (backend.device_count() < 2) { GTEST_SKIP() << "needs two devices"; }
+  mr::pinned_memory_pool pool{small_chunks()};
+  int const original = backend.current_device();
+  backend.set_current_device(1);
+  {
+    cuda_stream on_one{cuda_stream::flags::non_blocking};
+    pool.deallocate_async(pool.allocate(256), 256, on_one);
+    pool.wait_pending();  // the pool now holds a spare event of device 1 only
+  }
+  backend.set_current_device(0);
+  cuda_stream on_zero{cuda_stream::flags::non_blocking};
+  void* p = pool.allocate(256);
+  {
+    stream_hold hold{on_zero};
+    auto freeing = std::async(std::launch::async, [&] { pool.deallocate_async(p, 256, on_zero); });
+    bool const returned = freeing.wait_for(2s) == std::future_status::ready;
+    hold.release();
+    freeing.get();
+    EXPECT_TRUE(returned) << "deallocate_async waited for the held stream";
+    EXPECT_EQ(pool.usage().pending, returned ? 256U : 0U);
+  }
+  pool.wait_pending();
+  EXPECT_EQ(pool.usage().pending, 0U);
+  // Frees on device 1's stream while device 0 is current still work, asynchronously.
+  backend.set_current_device(1);
+  cuda_stream on_one{cuda_stream::flags::non_blocking};
+  backend.set_current_device(0);
+  {
+    stream_hold hold{on_one};
+    void* q = pool.allocate(256);
+    auto freeing = std::async(std::launch::async, [&] { pool.deallocate_async(q, 256, on_one); });
+    bool const returned = freeing.wait_for(2s) == std::future_status::ready;
+    hold.release();
+    freeing.get();
+    EXPECT_TRUE(returned) << "a free on another device's stream waited for it";
+  }
+  pool.wait_pending();
+  backend.set_current_device(original);
+}
+
 TEST(PinnedMemoryPool, AsyncFreeWaitsForWorkSubmittedBeforeIt)
 {
   // A copy from the block is submitted, then the block is freed on the same stream: a later allocation must

@@ -51,6 +51,7 @@ using host::stream_queue;
 
 struct host_event {
   unsigned flags;
+  int device;  // current at creation: CUDA records an event only on a stream of its own device
   std::mutex mutex;
   completion_ptr last;  // guarded by mutex: the latest record's marker; null until first recorded
 };
@@ -323,7 +324,7 @@ class host_backend final : public backend {
     if ((flags & cudaEventInterprocess) != 0 && (flags & cudaEventDisableTiming) == 0) {
       fail(cudaErrorInvalidValue, "event_create: an interprocess event must also disable timing");
     }
-    auto* event = new host_event{flags, {}, nullptr};
+    auto* event = new host_event{flags, current_device_, {}, nullptr};
     std::lock_guard lock{registry_mutex_};
     events_.emplace(reinterpret_cast<cudaEvent_t>(event), std::unique_ptr<host_event>{event});
     return reinterpret_cast<cudaEvent_t>(event);
@@ -342,6 +343,11 @@ class host_backend final : public backend {
   {
     host_event* const target = resolve(event);
     auto const queue = resolve(stream);
+    if (target->device != queue->device()) {
+      std::string const what = "event_record: an event of device " + std::to_string(target->device) +
+                               " on a stream of device " + std::to_string(queue->device());
+      fail(cudaErrorInvalidResourceHandle, what.c_str());
+    }
     stream_queue::node const record = [this, target](void* launch_stream) {
       auto marker = std::make_shared<completion>();
       {
