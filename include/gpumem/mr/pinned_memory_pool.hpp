@@ -51,6 +51,9 @@ struct pinned_pool_usage {
  * allocate() never waits for a stream while it can pin more memory (a stream may be waiting on the calling
  * thread), so a loop that frees with deallocate_async faster than its streams progress makes the pool grow:
  * synchronise now and then. (The staged copies of transfer.hpp bound what they leave in flight per stream.)
+ * deallocate_async() takes a stream of any device, whichever device is current: it records an event of the
+ * stream's own device (the pool keeps spare events per device), and never waits for the stream unless no
+ * event can be created or recorded there.
  * Failure: allocate() throws gpumem::out_of_memory naming the size and the pool's usage when neither the
  * pool, nor waiting for its pending blocks, nor new pinned memory can serve the request; the pool is
  * unchanged. Misuse (unknown pointer, wrong size, double free) throws gpumem::logic_error from
