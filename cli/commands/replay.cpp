@@ -8,6 +8,7 @@
 #include "progress_bar.hpp"
 #include "resource_selection.hpp"
 
+#include <gpumem/bench/measure.hpp>
 #include <gpumem/replay/allocation_log.hpp>
 #include <gpumem/replay/replay.hpp>
 #include <gpumem/replay/replay_resource.hpp>
@@ -115,10 +116,8 @@ timing timing_of(std::vector<replay_result> const& runs)
 {
   std::vector<double> ns;
   for (replay_result const& r : runs) { ns.push_back(r.ns_per_op); }
-  std::sort(ns.begin(), ns.end());
-  std::size_t const n = ns.size();
-  double const median = n % 2 == 1 ? ns[n / 2] : (ns[n / 2 - 1] + ns[n / 2]) / 2;
-  return {median, ns.front(), ns.back()};
+  auto const [low, high] = std::minmax_element(ns.begin(), ns.end());
+  return {bench::median(ns), *low, *high};
 }
 
 }  // namespace

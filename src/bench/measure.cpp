@@ -40,14 +40,15 @@ double run_sequences(worker_team& team, mr::device_memory_resource& resource, st
   });
 }
 
-double measurement::median_ns_per_op() const
+double median(std::vector<double> values)
 {
-  if (ns_per_op.empty()) { return 0.0; }
-  std::vector<double> sorted = ns_per_op;
-  std::sort(sorted.begin(), sorted.end());
-  std::size_t const n = sorted.size();
-  return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0;
+  if (values.empty()) { return 0.0; }
+  std::sort(values.begin(), values.end());
+  std::size_t const n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2.0;
 }
+
+double measurement::median_ns_per_op() const { return median(ns_per_op); }
 
 measurement measure_fixed(mr::device_memory_resource& resource, cuda_stream_view stream, fixed_size size,
                           std::size_t repeats, double min_seconds)

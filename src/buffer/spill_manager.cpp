@@ -119,19 +119,13 @@ spill_manager::spill_result spill_manager::spill_some(std::size_t bytes)
   return result;
 }
 
-bool spill_manager::budget_has_room(std::size_t bytes) const noexcept
-{
-  std::size_t const counted = (bytes + limiting_.alignment() - 1) / limiting_.alignment() * limiting_.alignment();
-  return limiting_.get_allocated_bytes() + counted <= limiting_.get_allocation_limit();
-}
-
 bool spill_manager::on_out_of_memory(std::size_t bytes, void* self)
 {
   auto* const manager = static_cast<spill_manager*>(self);
   // Memory freed by another thread between the failure and this call: retry once before spilling. (Once:
   // when the device itself is full, the budget has room and the retry fails again.)
   thread_local bool retried_for_room = false;
-  if (!retried_for_room && manager->budget_has_room(bytes)) {
+  if (!retried_for_room && manager->limiting_.has_room_for(bytes)) {
     retried_for_room = true;
     return true;
   }
@@ -146,7 +140,7 @@ bool spill_manager::on_out_of_memory(std::size_t bytes, void* self)
   while (true) {
     spill_result const result = manager->spill_some(bytes);
     if (result.freed > 0) { return true; }
-    if (waited && manager->budget_has_room(bytes)) { return true; }  // freed by the spills waited for
+    if (waited && manager->limiting_.has_room_for(bytes)) { return true; }  // freed by the spills waited for
     if ((result.busy == 0 && result.in_flight == 0) || std::chrono::steady_clock::now() + pause > deadline) { break; }
     std::this_thread::sleep_for(pause);
     waited = true;

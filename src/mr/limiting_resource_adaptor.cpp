@@ -17,6 +17,12 @@ limiting_resource_adaptor::limiting_resource_adaptor(device_memory_resource* ups
   expects(detail::is_pow2(alignment), "the alignment " + std::to_string(alignment) + " is not a power of two");
 }
 
+bool limiting_resource_adaptor::has_room_for(std::size_t bytes) const noexcept
+{
+  std::optional<std::size_t> const size = detail::checked_align_up(bytes, alignment_);
+  return size && *size <= allocation_limit_ && allocated_bytes_.load() <= allocation_limit_ - *size;
+}
+
 std::size_t limiting_resource_adaptor::counted_size(std::size_t bytes) const
 {
   std::optional<std::size_t> const size = detail::checked_align_up(bytes, alignment_);

@@ -2,6 +2,7 @@
 // with deallocate_async wait in a queue, each with an event recorded on its stream, until that event has
 // completed. The queue is looked at only when the free list cannot serve a request (then before growing).
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/cuda_device_id.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/detail/coalescing_free_list.hpp>
@@ -36,22 +37,12 @@ constexpr std::size_t chunk_granularity = std::size_t{2} << 20U;       // 2 MiB
   return *rounded;
 }
 
-/// An event of `device` (made current for the call, then the caller's device again). @throws cuda_error.
+/// An event of `device` (made current for the call; none known: the current one). @throws cuda_error.
 [[nodiscard]] cudaEvent_t create_event_on(int device)
 {
-  auto& backend = detail::get_backend();
-  int const current = backend.current_device();
-  if (device < 0 || device == current) { return backend.event_create(cudaEventDisableTiming); }
-  backend.set_current_device(device);
-  cudaEvent_t event = nullptr;
-  try {
-    event = backend.event_create(cudaEventDisableTiming);
-  } catch (...) {
-    backend.set_current_device(current);
-    throw;
-  }
-  backend.set_current_device(current);
-  return event;
+  std::optional<cuda_set_device_raii> on_device;
+  if (device >= 0) { on_device.emplace(cuda_device_id{device}); }
+  return detail::get_backend().event_create(cudaEventDisableTiming);
 }
 
 }  // namespace

@@ -67,6 +67,20 @@ TEST(limiting_resource_adaptor, the_limit_holds_at_its_exact_boundary)
   EXPECT_EQ(upstream.invalid_deallocations(), 0U);
 }
 
+TEST(limiting_resource_adaptor, has_room_for_says_whether_a_request_fits_now)
+{
+  mr::simulated_memory_resource upstream;
+  mr::limiting_resource_adaptor limited{&upstream, 4096};
+  EXPECT_TRUE(limited.has_room_for(4096));
+  EXPECT_FALSE(limited.has_room_for(4097));
+  EXPECT_FALSE(limited.has_room_for(SIZE_MAX)) << "a size that overflows when rounded up";
+  void* p = limited.allocate(3840);
+  EXPECT_TRUE(limited.has_room_for(256));
+  EXPECT_FALSE(limited.has_room_for(257)) << "counts rounded up to 256";
+  limited.deallocate(p, 3840);
+  EXPECT_TRUE(limited.has_room_for(4096));
+}
+
 TEST(limiting_resource_adaptor, a_request_that_rounds_past_the_limit_fails)
 {
   mr::simulated_memory_resource upstream;

@@ -20,6 +20,9 @@
 namespace gpumem::bench {
 
 /** @brief The timed passes of one workload on one resource. */
+/** @return the median of `values` (the mean of the middle two for an even count); 0 when empty. */
+[[nodiscard]] GPUMEM_EXPORT double median(std::vector<double> values);
+
 struct measurement {
   std::string workload;            ///< "fixed/256B", "random", "random_mt/16"
   std::size_t ops_per_pass{};      ///< allocations + deallocations per timed pass

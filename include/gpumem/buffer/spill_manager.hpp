@@ -114,8 +114,6 @@ class GPUMEM_EXPORT spill_manager {
     std::size_t in_flight;
   };
   spill_result spill_some(std::size_t bytes);
-  /// Whether `bytes` would fit in the budget now.
-  [[nodiscard]] bool budget_has_room(std::size_t bytes) const noexcept;
   /// How long an allocation waits, in all, for buffers that other threads are using before it fails.
   static constexpr std::chrono::milliseconds busy_wait{1000};
   static bool on_out_of_memory(std::size_t bytes, void* self);

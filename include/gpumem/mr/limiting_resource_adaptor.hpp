@@ -49,6 +49,8 @@ class GPUMEM_EXPORT limiting_resource_adaptor final : public device_memory_resou
   [[nodiscard]] std::size_t get_allocated_bytes() const noexcept { return allocated_bytes_.load(); }
   /** @return the cap given at construction. */
   [[nodiscard]] std::size_t get_allocation_limit() const noexcept { return allocation_limit_; }
+  /** @return whether a request of `bytes` (rounded up to the alignment) would fit under the limit now. */
+  [[nodiscard]] bool has_room_for(std::size_t bytes) const noexcept;
   /** @return the alignment that requests are rounded up to. */
   [[nodiscard]] std::size_t alignment() const noexcept { return alignment_; }
   /** @return the resource this adaptor forwards to. */
