@@ -12,6 +12,12 @@ cuda_stream::cuda_stream(flags stream_flags, int priority)
   : stream_{detail::get_backend().stream_create(static_cast<unsigned>(stream_flags), priority)},
     device_{get_current_cuda_device()}
 {
+  try {
+    detail::announce_stream(stream_);  // resources may defer work on it until destroy() says otherwise
+  } catch (...) {
+    detail::get_backend().stream_destroy(stream_);
+    throw;
+  }
 }
 
 cuda_stream::~cuda_stream() noexcept { destroy(); }

@@ -1,39 +1,59 @@
-// before_stream_destroy (mr/before_stream_destroy.hpp): the process-wide list of resources that cache
-// blocks per stream, told about a stream before it goes.
+// before_stream_destroy (mr/before_stream_destroy.hpp): the streams that announced their destruction, and
+// the process-wide list of resources told about a stream before it goes.
 #include <gpumem/mr/before_stream_destroy.hpp>
 
 #include <algorithm>
 #include <mutex>
+#include <unordered_set>
 #include <vector>
 
 namespace gpumem::detail {
 namespace {
 
-struct listener_list {
-  std::mutex mutex;
-  std::vector<stream_destroy_listener*> listeners;  // GUARDED_BY(mutex)
+// Two locks, never nested: a listener takes cache and resource locks, and those may be held by a thread
+// that asks stream_outlives_calls().
+struct stream_registry {
+  std::mutex listeners_mutex;
+  std::vector<stream_destroy_listener*> listeners;  // GUARDED_BY(listeners_mutex)
+  std::mutex announced_mutex;
+  std::unordered_set<cudaStream_t> announced;       // GUARDED_BY(announced_mutex)
 };
 
-listener_list& listeners()
+stream_registry& registry()
 {
-  static listener_list* const list = new listener_list;  // never destroyed: streams may die at exit
-  return *list;
+  static stream_registry* const instance = new stream_registry;  // never destroyed: streams may die at exit
+  return *instance;
 }
 
 }  // namespace
 
 void add_stream_destroy_listener(stream_destroy_listener* listener)
 {
-  listener_list& list = listeners();
-  std::lock_guard lock{list.mutex};
-  list.listeners.push_back(listener);
+  stream_registry& r = registry();
+  std::lock_guard lock{r.listeners_mutex};
+  r.listeners.push_back(listener);
 }
 
 void remove_stream_destroy_listener(stream_destroy_listener* listener) noexcept
 {
-  listener_list& list = listeners();
-  std::lock_guard lock{list.mutex};
-  std::erase(list.listeners, listener);
+  stream_registry& r = registry();
+  std::lock_guard lock{r.listeners_mutex};
+  std::erase(r.listeners, listener);
+}
+
+void announce_stream(cudaStream_t stream)
+{
+  stream_registry& r = registry();
+  std::lock_guard lock{r.announced_mutex};
+  r.announced.insert(stream);
+}
+
+bool stream_outlives_calls(cuda_stream_view stream) noexcept
+{
+  if (stream.is_default() || stream.is_per_thread_default()) { return true; }
+  stream_registry& r = registry();
+  std::lock_guard lock{r.announced_mutex};
+  return r.announced.contains(stream.value());
 }
 
 }  // namespace gpumem::detail
@@ -43,9 +63,14 @@ namespace gpumem::mr {
 void before_stream_destroy(cuda_stream_view stream) noexcept
 {
   if (stream.is_default() || stream.is_per_thread_default()) { return; }
-  detail::listener_list& list = detail::listeners();
-  std::lock_guard lock{list.mutex};
-  for (detail::stream_destroy_listener* listener : list.listeners) { listener->stream_destroying(stream.value()); }
+  detail::stream_registry& r = detail::registry();
+  {
+    // First, so that no resource starts deferring work on the stream while the listeners forget it.
+    std::lock_guard lock{r.announced_mutex};
+    r.announced.erase(stream.value());
+  }
+  std::lock_guard lock{r.listeners_mutex};
+  for (detail::stream_destroy_listener* listener : r.listeners) { listener->stream_destroying(stream.value()); }
 }
 
 }  // namespace gpumem::mr

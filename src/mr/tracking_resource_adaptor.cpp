@@ -133,34 +133,35 @@ void* tracking_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view
 
 void tracking_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept
 {
+  bool valid = false;
   bool first_invalid = false;
   std::size_t known_bytes = 0;
   {
     std::lock_guard const lock{mutex_};
     auto const it = outstanding_.find(ptr);
-    if (it != outstanding_.end() && it->second.bytes == bytes) {
+    valid = it != outstanding_.end() && it->second.bytes == bytes;
+    if (valid) {
       allocated_bytes_ -= bytes;
       outstanding_.erase(it);  // before the upstream may hand the same address to another thread
     } else {
       known_bytes = it == outstanding_.end() ? 0 : it->second.bytes;
       first_invalid = ++invalid_deallocations_ == 1;
-      if (!first_invalid) { return; }
     }
   }
-  if (first_invalid) {
-    try {
-      std::string const what =
-        known_bytes == 0 ? "a pointer it did not hand out (or already took back)"
-                         : "an allocation of " + std::to_string(known_bytes) + " bytes with the wrong size";
-      std::fprintf(stderr,
-                   "gpumem: tracking_resource_adaptor: invalid deallocation of %s: %s, %zu bytes; not forwarded "
-                   "(further invalid deallocations are only counted)\n",
-                   what.c_str(), format_pointer(ptr).c_str(), bytes);
-    } catch (...) {  // deallocate must not throw; the message is best effort
-    }
+  if (valid) {
+    upstream_->deallocate(ptr, bytes, stream);
     return;
   }
-  upstream_->deallocate(ptr, bytes, stream);
+  try {
+    std::string const what =
+      known_bytes == 0 ? "a pointer it did not hand out (or already took back)"
+                       : "an allocation of " + std::to_string(known_bytes) + " bytes with the wrong size";
+    std::string const message = "tracking_resource_adaptor: invalid deallocation of " + what + ": " +
+                                format_pointer(ptr) + ", " + std::to_string(bytes) + " bytes; not forwarded";
+    // Logged once (further ones are only counted); checked_deallocate() throws every one.
+    detail::report_deallocation_misuse(message, first_invalid);
+  } catch (...) {  // NOLINT(bugprone-empty-catch): deallocate must not throw; the report is best effort
+  }
 }
 
 bool tracking_resource_adaptor::do_is_equal(device_memory_resource const& other) const noexcept

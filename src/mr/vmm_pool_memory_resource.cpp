@@ -142,6 +142,7 @@ std::optional<unsigned> vmm_pool_memory_resource::slot_of(cudaStream_t stream)
   slot.stream = stream;
   slot.thread = thread;
   slot.recorded_since_free = true;
+  slot.record_at_free = thread != 0 || !detail::stream_outlives_calls(cuda_stream_view{stream});
   slot.in_use = true;
   return free_slot;
 }
@@ -210,7 +211,7 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
     if (slot) {
       stream_slot& s = slots_[*slot];
       mask = std::uint64_t{1} << *slot;
-      if (s.thread != 0) {  // only this thread can name its per-thread default stream: record now
+      if (s.record_at_free) {
         detail::get_backend().event_record(s.event, s.stream);
         s.recorded_since_free = true;
       } else {
@@ -225,6 +226,9 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
     if (release_threshold_ && heap_->free_bytes() >= *release_threshold_ + heap_->slab_size()) {
       release_over_threshold();
     }
+  } catch (logic_error const& e) {  // a double free or a foreign pointer (virtual_heap::give_back); unchanged
+    detail::report_deallocation_misuse(std::string{"vmm_pool_memory_resource::deallocate("} + format_pointer(ptr) +
+                                       ", " + std::to_string(bytes) + " bytes): " + e.what());
   } catch (std::exception const& e) {
     detail::log(log_level::error, std::string{"vmm_pool_memory_resource::deallocate("} + format_pointer(ptr) +
                                             ", " + std::to_string(bytes) + " bytes) ignored: " + e.what());

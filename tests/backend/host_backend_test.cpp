@@ -7,6 +7,7 @@
 #include <gpumem/error.hpp>
 #include <gpumem/mr/detail/align.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 #include <gtest/gtest.h>
@@ -93,6 +94,41 @@ TEST_F(HostBackend, InvalidHandlesAreCudaErrors)
   EXPECT_THROW(host().event_record(reinterpret_cast<cudaEvent_t>(&not_a_stream), nullptr), cuda_error);
   EXPECT_THROW(host().set_current_device(host().device_count()), cuda_error);
   EXPECT_THROW((void)host().stream_create(0x80, 0), cuda_error) << "unknown flags";
+}
+
+// CUDA leaves a call on a destroyed stream or event undefined (on a GPU, typically a crash) and often
+// hands the same handle to the next stream it creates, which hides such a bug until it crashes. The host
+// backend never reuses a handle and stops the process on any call with a destroyed one.
+TEST_F(HostBackend, HandlesAreNeverReused)
+{
+  std::vector<cudaStream_t> streams;
+  std::vector<cudaEvent_t> events;
+  for (int i = 0; i < 64; ++i) {
+    streams.push_back(host().stream_create(0, 0));
+    host().stream_destroy(streams.back());
+    events.push_back(host().event_create(cudaEventDisableTiming));
+    host().event_destroy(events.back());
+  }
+  std::sort(streams.begin(), streams.end());
+  std::sort(events.begin(), events.end());
+  EXPECT_EQ(std::adjacent_find(streams.begin(), streams.end()), streams.end());
+  EXPECT_EQ(std::adjacent_find(events.begin(), events.end()), events.end());
+}
+
+TEST_F(HostBackend, ACallOnADestroyedStreamOrEventStopsTheProcess)
+{
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  cudaStream_t const stream = host().stream_create(cudaStreamNonBlocking, 0);
+  cudaEvent_t const event = host().event_create(cudaEventDisableTiming);
+  host().stream_destroy(stream);
+  EXPECT_DEATH(host().event_record(event, stream), "event_record.*on stream .* which was destroyed");
+  EXPECT_DEATH(host().stream_synchronize(stream), "which was destroyed");
+  EXPECT_DEATH(host().stream_destroy(stream), "stream_destroy on stream .* which was destroyed");
+  cudaStream_t const live = host().stream_create(0, 0);
+  host().event_destroy(event);
+  EXPECT_DEATH(host().stream_wait_event(live, event), "on event .* which was destroyed");
+  EXPECT_DEATH(host().event_destroy(event), "which was destroyed");
+  host().stream_destroy(live);
 }
 
 TEST_F(HostBackend, SynchronizeDuringCaptureIsRejected)

@@ -256,6 +256,49 @@ TYPED_TEST_P(resource_battery, allocate_on_one_stream_deallocate_on_another)
   r.deallocate(d, 4096, cuda_stream_default);
 }
 
+/// Allocates, writes, checks and frees blocks of several sizes on `stream`; every block is freed on it.
+inline void use_and_free_on(mr::device_memory_resource& r, cuda_stream_view stream, std::uint32_t seed)
+{
+  for (std::size_t const bytes : {std::size_t{256}, std::size_t{4096}, std::size_t{65536}, std::size_t{1} << 20}) {
+    void* p = r.allocate(bytes, stream);
+    write_pattern(p, bytes, seed, stream.value());
+    EXPECT_TRUE(has_pattern(p, bytes, seed, stream.value()));
+    r.deallocate(p, bytes, stream);
+    r.deallocate(r.allocate(bytes + 256, stream), bytes + 256, stream);
+  }
+}
+
+// Streams belong to the program (mr/before_stream_destroy.hpp): CuPy, PyTorch and raw CUDA destroy streams
+// without telling gpumem, and a call on a destroyed stream crashes a GPU program. The host backend aborts on
+// one, so a resource that keeps using a stream after the call that passed it fails here.
+TYPED_TEST_P(resource_battery, streams_destroyed_after_their_frees_are_never_used_again)
+{
+  auto& r = this->resource();
+  detail::backend& backend = detail::get_backend();
+  for (std::uint32_t round = 0; round < 24; ++round) {
+    cudaStream_t const foreign = backend.stream_create(round % 2 == 0 ? cudaStreamNonBlocking : 0U, 0);
+    use_and_free_on(r, cuda_stream_view{foreign}, round);
+    backend.stream_synchronize(foreign);
+    backend.stream_destroy(foreign);  // no before_stream_destroy: gpumem is not told
+    use_and_free_on(r, cuda_stream_default, 1000 + round);
+  }
+  // A thread that frees on its own streams, destroys them and exits (its caches are emptied at exit).
+  std::thread worker{[&r] {
+    for (std::uint32_t round = 0; round < 12; ++round) {
+      backend_stream foreign;
+      use_and_free_on(r, cuda_stream_view{foreign.get()}, 2000 + round);
+      detail::get_backend().stream_synchronize(foreign.get());
+    }
+  }};
+  worker.join();
+  // The memory those streams freed serves the default stream and a new stream.
+  backend_stream fresh;
+  std::vector<void*> blocks;
+  for (std::uint32_t i = 0; i < 64; ++i) { blocks.push_back(r.allocate(4096, cuda_stream_view{fresh.get()})); }
+  for (void* p : blocks) { r.deallocate(p, 4096, cuda_stream_view{fresh.get()}); }
+  use_and_free_on(r, cuda_stream_default, 3000);
+}
+
 TYPED_TEST_P(resource_battery, out_of_memory_names_the_request_and_leaves_the_resource_usable)
 {
   if (!TypeParam::oversubscription_safe && detail::get_backend().kind() == backend_kind::cuda) {
@@ -355,6 +398,7 @@ REGISTER_TYPED_TEST_SUITE_P(resource_battery, zero_bytes_give_nullptr_and_null_d
                             every_allocation_is_256_byte_aligned, allocations_are_distinct_and_keep_their_own_contents,
                             random_allocate_and_deallocate_sequence, many_threads_allocate_write_read_and_free,
                             allocate_on_one_stream_deallocate_on_another,
+                            streams_destroyed_after_their_frees_are_never_used_again,
                             out_of_memory_names_the_request_and_leaves_the_resource_usable,
                             equality_and_resource_ref_interop, bad_alignment_is_a_logic_error,
                             size_overflow_is_bad_alloc_not_out_of_memory);

@@ -8,6 +8,7 @@
 #include "support/sub_allocator_checks.hpp"
 
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/cuda_stream.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/mr/cuda_memory_resource.hpp>
 #include <gpumem/mr/detail/align.hpp>
@@ -328,7 +329,7 @@ TEST(pool_memory_resource, random_sequences_across_streams_keep_the_invariants)
 // out_of_memory, the invariants must hold after every step, and nothing may leak.
 TEST(pool_memory_resource, random_upstream_failures_surface_as_out_of_memory_and_leak_nothing)
 {
-  backend_stream s1;
+  cuda_stream s1;  // a gpumem stream: its frees go through the thread cache
   for (std::uint64_t seed = 21; seed <= 24; ++seed) {
     mr::simulated_memory_resource upstream{80 * GiB};
     random_sequence_result result;
@@ -341,24 +342,24 @@ TEST(pool_memory_resource, random_upstream_failures_surface_as_out_of_memory_and
         options.seed = seed * 100 + round;
         options.operations = 250;
         options.max_log2_size = 32.0;  // up to 4 GiB: the 80 GiB run out too
-        options.streams = {s1.get(), cuda_stream_default};
+        options.streams = {s1.value(), cuda_stream_default};
         options.failures_expected = true;
         options.block_bytes = pool_block_bytes;
         run_random_sequence(pool, upstream, options, live, result);
         if (HasFatalFailure()) { return; }
-        if (round % 2 == 1) { free_all(pool, live, s1.get()); }
+        if (round % 2 == 1) { free_all(pool, live, s1.value()); }
         pool.release();
         pool.check_invariants();
         EXPECT_EQ(pool.pool_size(), upstream.bytes_in_use());
       }
       upstream.clear_failures();
-      free_all(pool, live, s1.get());
+      free_all(pool, live, s1.value());
       pool.check_invariants();
       EXPECT_EQ(pool.bytes_in_use(), 0U);
       pool.release();
       EXPECT_EQ(upstream.bytes_in_use(), 0U) << "seed " << seed;
       // Leave a chunk with an outstanding allocation for the destructor.
-      (void)pool.allocate(7 * MiB, s1.get());
+      (void)pool.allocate(7 * MiB, s1.value());
     }
     EXPECT_GT(result.failures, 10U) << "seed " << seed << ": the injected failures never reached the caller";
     EXPECT_GT(upstream.injected_failures(), 10U) << "seed " << seed;
@@ -614,6 +615,46 @@ TEST(pool_memory_resource, non_blocking_attempts_use_only_the_threads_cache)
   pool.flush_thread_caches();
   EXPECT_EQ(pool.bytes_in_use(), 0U);
   pool.check_invariants();
+}
+
+// RMM's PoolTest.DeletedStream: a stream made with cudaStreamCreate, used, and destroyed without telling
+// the pool; then the pool serves the default stream, flushes and releases. The host backend aborts if the
+// pool ever touches the destroyed stream again.
+TEST(pool_memory_resource, a_stream_destroyed_after_use_is_never_touched_again)
+{
+  mr::pool_memory_resource pool{&cuda_upstream(), 4 * MiB};
+  detail::backend& backend = detail::get_backend();
+  cudaStream_t const stream = backend.stream_create(cudaStreamNonBlocking, 0);
+  void* const p = pool.allocate(1000, cuda_stream_view{stream});
+  pool.deallocate(p, 1000, cuda_stream_view{stream});
+  backend.stream_destroy(stream);
+  void* const q = pool.allocate(1000);
+  pool.deallocate(q, 1000);
+  pool.flush_thread_caches();
+  pool.check_invariants();
+  pool.release();
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+}
+
+TEST(pool_memory_resource, a_double_free_found_in_a_shared_list_is_dropped_and_the_books_stay_balanced)
+{
+  mr::simulated_memory_resource upstream;
+  mr::pool_memory_resource pool{&upstream, 4 * MiB};
+  backend_stream foreign;  // not cached: every free goes to the shared list at once
+  cuda_stream_view const s{foreign.get()};
+  void* const p = pool.allocate(1000, s);
+  void* const q = pool.allocate(1000, s);
+  pool.deallocate(p, 1000, s);
+  EXPECT_THROW(pool.checked_deallocate(p, 1000, s), logic_error) << "p overlaps a free block of the list";
+  pool.deallocate(p, 1000, s);  // logged and dropped, never std::terminate
+  pool.check_invariants();
+  EXPECT_EQ(pool.bytes_in_use(), 1024U) << "only q is in use";
+  void* const a = pool.allocate(1000, s);
+  void* const b = pool.allocate(1000, s);
+  EXPECT_NE(a, b) << "the block freed twice must not be handed out twice";
+  for (void* x : {q, a, b}) { pool.deallocate(x, 1000, s); }
+  pool.check_invariants();
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
 }
 
 TEST(pool_memory_resource, resources_without_a_non_blocking_path_refuse)

@@ -170,6 +170,75 @@ TYPED_TEST(thread_cache, destroying_a_gpumem_stream_moves_its_cached_blocks_out_
   r->check_invariants();
 }
 
+TYPED_TEST(thread_cache, a_stream_gpumem_did_not_create_is_never_cached)
+{
+  // Its blocks could leave the cache only by an event record on it after it may have been destroyed: they
+  // go to its shared list at once, with the event recorded during the deallocation.
+  mr::simulated_memory_resource upstream;
+  auto r = make_bounded<TypeParam>(&upstream, 4);
+  backend_stream foreign;
+  cuda_stream_view const s{foreign.get()};
+  void* p = r->allocate(block, s);
+  r->deallocate(p, block, s);
+  EXPECT_EQ(r->bytes_in_thread_caches(), 0U);
+  void* const again = r->allocate(block, s);
+  EXPECT_FALSE(r->try_deallocate_without_blocking(again, block, s))
+    << "no slot for the stream: the non-blocking path must decline";
+  r->deallocate(again, block, s);
+  r->check_invariants();
+  cuda_stream own;
+  void* q = r->allocate(block, own);
+  r->deallocate(q, block, own);
+  EXPECT_EQ(r->bytes_in_thread_caches(), block) << "a gpumem stream is cached";
+  own.synchronize();
+}
+
+TYPED_TEST(thread_cache, a_slot_evicted_for_another_stream_never_touches_a_destroyed_stream)
+{
+  // Fill every slot of this thread's cache with blocks of announced streams, destroy them (their slots are
+  // emptied first), then evict with frees on new streams: no event may be recorded on a destroyed stream
+  // (the host backend aborts on one).
+  mr::simulated_memory_resource upstream;
+  auto r = make_bounded<TypeParam>(&upstream, 64);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<cuda_stream> streams(detail::block_cache::slot_count + 2);
+    for (auto& s : streams) {
+      void* p = r->allocate(block, s);
+      r->deallocate(p, block, s);
+    }
+    for (auto& s : streams) { s.synchronize(); }
+  }  // each ~cuda_stream empties its slots
+  backend_stream foreign;
+  for (int i = 0; i < 16; ++i) {
+    void* p = r->allocate(block, cuda_stream_view{foreign.get()});
+    r->deallocate(p, block, cuda_stream_view{foreign.get()});
+  }
+  r->flush_thread_caches();
+  EXPECT_EQ(r->bytes_in_use(), 0U);
+  r->check_invariants();
+}
+
+TYPED_TEST(thread_cache, a_double_free_is_refused_and_reported_by_checked_deallocate)
+{
+  mr::simulated_memory_resource upstream;
+  auto r = make_bounded<TypeParam>(&upstream, 4);
+  cuda_stream s;
+  void* p = r->allocate(block, s);
+  r->deallocate(p, block, s);
+  EXPECT_THROW(r->checked_deallocate(p, block, s), logic_error) << "the block is in this thread's cache";
+  r->deallocate(p, block, s);  // logged, ignored: never std::terminate
+  r->check_invariants();
+  EXPECT_EQ(r->bytes_in_thread_caches(), block) << "the cache holds the block once";
+  EXPECT_EQ(r->allocate(block, s), p);
+  void* q = r->allocate(block, s);
+  EXPECT_NE(q, p) << "the block must not be handed out twice";
+  r->deallocate(p, block, s);
+  r->deallocate(q, block, s);
+  EXPECT_THROW(r->checked_deallocate(static_cast<char*>(q) + 8, block, s), logic_error) << "misaligned";
+  r->check_invariants();
+  s.synchronize();
+}
+
 TYPED_TEST(thread_cache, a_resource_may_die_before_the_threads_that_used_it)
 {
   mr::simulated_memory_resource upstream;

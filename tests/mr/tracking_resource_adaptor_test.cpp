@@ -123,6 +123,8 @@ TEST(tracking_resource_adaptor, invalid_deallocations_are_counted_reported_once_
   tracking.deallocate(p, 1024);
   tracking.deallocate(p, 1024);  // a double free
   EXPECT_EQ(tracking.invalid_deallocations(), 3U);
+  EXPECT_THROW(tracking.checked_deallocate(p, 1024), logic_error) << "checked_deallocate reports every one";
+  EXPECT_EQ(tracking.invalid_deallocations(), 4U);
   EXPECT_EQ(upstream.invalid_deallocations(), 0U);
   upstream.deallocate(foreign, 512);
   EXPECT_EQ(upstream.allocation_count(), 0U);

@@ -839,6 +839,41 @@ TEST(vmm_pool_memory_resource, slots_of_destroyed_streams_are_reused)
     << "after 70 streams came and went, a new stream's free synchronised it (no slot was free)";
 }
 
+// Streams gpumem did not create: their frees record the slot's event during the call, because the pool may
+// not touch the stream later (the host backend aborts on a destroyed one).
+TEST(vmm_pool_memory_resource, a_foreign_stream_destroyed_after_its_frees_is_never_touched_again)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  detail::backend& backend = detail::get_backend();
+  for (int i = 0; i < 70; ++i) {
+    cudaStream_t const stream = backend.stream_create(cudaStreamNonBlocking, 0);
+    void* p = pool.allocate(MiB, cuda_stream_view{stream});
+    pool.deallocate(p, MiB, cuda_stream_view{stream});
+    backend.stream_synchronize(stream);
+    backend.stream_destroy(stream);
+    void* q = pool.allocate(MiB, cuda_stream_default);  // takes the block, waiting on the slot's event
+    pool.deallocate(q, MiB, cuda_stream_default);
+  }
+  pool.check_invariants();
+  (void)pool.release_unused();
+}
+
+TEST(vmm_pool_memory_resource, a_double_free_is_refused_and_the_pool_is_unchanged)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  void* const p = pool.allocate(MiB);
+  void* const q = pool.allocate(MiB);
+  pool.deallocate(p, MiB);
+  EXPECT_THROW(pool.checked_deallocate(p, MiB), logic_error);
+  pool.deallocate(p, MiB);  // logged, ignored
+  pool.check_invariants();
+  EXPECT_EQ(pool.bytes_in_use(), MiB);
+  pool.deallocate(q, MiB);
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+}
+
 // The same for the per-thread default streams of threads that have ended: those streams are gone too.
 TEST(vmm_pool_memory_resource, slots_of_the_per_thread_default_streams_of_ended_threads_are_reused)
 {

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <gpumem/backend/backend.hpp>
-#include <gpumem/mr/before_stream_destroy.hpp>
 
 #include <gtest/gtest.h>
 
@@ -42,18 +41,16 @@ struct block {
 /// Success when no two blocks overlap (and none is null); names the first overlapping pair.
 [[nodiscard]] ::testing::AssertionResult do_not_overlap(std::vector<block> blocks);
 
-/// A stream created with the backend's stream_create and destroyed with stream_destroy.
+/// A stream created with the backend's stream_create and destroyed with stream_destroy, as CuPy, PyTorch or
+/// raw CUDA make them: never announced to gpumem (mr/before_stream_destroy.hpp), so no resource may use it
+/// after the call that passed it returned (the host backend aborts on a destroyed handle).
 class backend_stream {
  public:
   explicit backend_stream(unsigned flags = cudaStreamNonBlocking)
     : stream_{detail::get_backend().stream_create(flags, 0)}
   {
   }
-  ~backend_stream()
-  {
-    mr::before_stream_destroy(cuda_stream_view{stream_});
-    detail::get_backend().stream_destroy(stream_);
-  }
+  ~backend_stream() { detail::get_backend().stream_destroy(stream_); }
   backend_stream(backend_stream const&) = delete;
   backend_stream& operator=(backend_stream const&) = delete;
   backend_stream(backend_stream&&) = delete;

@@ -30,6 +30,7 @@
 #include <gpumem/mr/detail/align.hpp>
 
 #include <cstddef>
+#include <string>
 
 #if __has_include(<cuda/memory_resource>) && defined(LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE)
 #include <cuda/memory_resource>
@@ -77,6 +78,16 @@ class GPUMEM_EXPORT device_memory_resource {
     if (ptr == nullptr) { return; }
     do_deallocate(ptr, bytes, stream);
   }
+
+  /**
+   * @brief As deallocate(), but a misuse that the resource detects during the call throws instead of being
+   * logged (at error level) and ignored: a double free, a pointer it never handed out, a misaligned pointer.
+   * Each resource's header says which misuses it detects; adaptors pass their upstream's detection
+   * through. What no resource can detect (a pointer freed twice and handed out again in between) stays
+   * undefined, as in RMM. The Python package's deallocate() calls this.
+   * @throws gpumem::logic_error naming the misuse; the misused call changed nothing in the resource.
+   */
+  void checked_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream = cuda_stream_view{});
 
   /**
    * @brief CCCL-style synchronous allocation on the default stream.
@@ -179,3 +190,14 @@ static_assert(cuda::mr::async_resource_with<device_memory_resource, cuda::mr::de
 #endif
 
 }  // namespace gpumem::mr
+
+namespace gpumem::detail {
+
+/**
+ * @brief For a resource's deallocate(), which must not throw: reports a misuse it detected (and did not
+ * act on). The message is logged at error level (when `log` is true); inside checked_deallocate() on this
+ * thread, the first report of the call is thrown from it as gpumem::logic_error.
+ */
+GPUMEM_EXPORT void report_deallocation_misuse(std::string const& message, bool log = true) noexcept;
+
+}  // namespace gpumem::detail

@@ -38,6 +38,8 @@ namespace gpumem::mr {
  * Stream-ordering: as device_memory_resource.hpp says, through the same per-stream free lists and events as
  * pool_memory_resource (stream_ordered_memory_resource.hpp, which also states the rule for
  * destroyed streams). Use the resource with the device that was current at its construction.
+ * Double frees: refused while the block is in the freeing thread's cache, and in debug builds also while it
+ * is in a shared list (logged; checked_deallocate() throws); otherwise undefined, as in RMM.
  *
  * Destruction returns every batch to the upstream (outstanding allocations are the caller's bug).
  * Equality: a resource equals only itself.

@@ -35,9 +35,13 @@ namespace gpumem::mr {
  * Thread-safety: all members may be called concurrently (one mutex for the shared lists, not held during
  * upstream calls; one small lock per thread cache).
  * Stream-ordering: as device_memory_resource.hpp says; blocks freed on one stream reach another stream
- * through an event wait, never a host synchronisation. Streams that are destroyed while blocks freed on
- * them are cached: see stream_ordered_memory_resource.hpp (synchronise a stream before destroying
- * it, and call mr::before_stream_destroy for a stream that gpumem::cuda_stream does not own). Use the pool with the device that was current at its construction.
+ * through an event wait, never a host synchronisation. The pool uses a stream only during the call that
+ * passed it, except the default streams and gpumem's own streams (mr/before_stream_destroy.hpp), so a
+ * program may destroy its streams whenever it likes; blocks freed on a stream gpumem did not create skip the
+ * thread caches (stream_ordered_memory_resource.hpp). Use the pool with the device that was current at its
+ * construction.
+ * Double frees: refused while the block is free in the pool (logged; checked_deallocate() throws when the
+ * block is in the freeing thread's cache or the cache is bypassed): stream_ordered_memory_resource.hpp.
  *
  * Destruction returns every chunk to the upstream. Allocations still outstanding then are the caller's
  * bug: their memory is returned too.

@@ -32,12 +32,22 @@
  *   safe. Blocks leave a cache in batches (a full slot spills its older half; an evicted slot all of it)
  *   into their stream's shared list, with one event record per batch (the event rule below). A cache is
  *   emptied into the shared lists when its thread exits, by flush_thread_caches() and release(), before
- *   the resource fails (step e'), when a gpumem::cuda_stream is destroyed (mr::before_stream_destroy, for
- *   that stream's blocks), and at the resource's destruction. A per-thread default stream's blocks that
- *   leave a cache on another thread, or at thread exit, go to the legacy default stream's list, recorded on
- *   the legacy default stream: CUDA orders that record after the earlier work of every blocking stream.
+ *   the resource fails (step e'), when an announced stream is about to be destroyed
+ *   (mr::before_stream_destroy, for that stream's blocks), and at the resource's destruction. A per-thread
+ *   default stream's blocks that leave a cache on another thread, or at thread exit, go to the legacy
+ *   default stream's list, recorded on the legacy default stream: CUDA orders that record after the earlier
+ *   work of every blocking stream.
  *   Cost: a thread hides at most block_cache::slot_count * block_cache::bytes_per_slot bytes from the
  *   others until one of those moments; pool_size() counts them, bytes_in_use() does not.
+ *
+ * Streams belong to the program (mr/before_stream_destroy.hpp): a block leaves a cache at a moment chosen
+ * by gpumem, when the stream it was freed on may already be destroyed, and recording on a destroyed stream
+ * crashes a GPU program. So only the streams gpumem may use after the call that passed them are cached:
+ * the legacy default stream, the thread's own per-thread default stream, and announced streams
+ * (gpumem::cuda_stream, cuda_stream_pool, gpumem.cuda.Stream), whose destruction empties their slots
+ * first. A block freed on any other stream (CuPy's, PyTorch's, cudaStreamCreate's) goes to the stream's
+ * shared list at once, with the stream's event recorded during the deallocate call, as RMM does; a
+ * request on such a stream is served from the shared lists.
  *
  * The event rule, and how it differs from RMM:
  *   A stream's event is recorded on that stream after every batch of deallocations, merge and growth that
@@ -56,13 +66,21 @@
  * blocks without an event wait. The legacy default stream (0 or cudaStreamLegacy) has one list.
  *
  * Destroyed streams: the list and event of a stream outlive the stream, and blocks on it remain safe for
- * other streams (they wait on the event, which stays valid). But a new stream that happens to get the same
- * handle inherits the list and uses its blocks without waiting. So before destroying a stream on which
- * memory was deallocated, synchronise it (or otherwise make sure the work that used that memory has
- * completed). Blocks still in thread caches for the stream must leave them while the stream is valid:
- * gpumem::cuda_stream does that when it is destroyed; for a stream made elsewhere call
- * mr::before_stream_destroy(stream) before destroying it (mr/before_stream_destroy.hpp). release() forgets every stream without cached blocks and destroys its
- * event; the destructor destroys all events.
+ * other streams (they wait on the event, which stays valid). An announced stream's list moves to a key of
+ * its own before the stream is destroyed, so a new stream that gets the same handle starts with an empty
+ * list; an empty list of a destroyed stream is erased at the next merge. Any other stream's list stays
+ * under its handle (gpumem cannot know when such a stream dies), and a new stream that gets the same
+ * handle uses its blocks without waiting, as with RMM's and CuPy's pools. That relies on CUDA's rule for
+ * cudaStreamDestroy: the resources of a stream with work in flight are released only once that work has
+ * completed, so a handle comes back only then. release() forgets every stream without cached blocks and
+ * destroys its event; the destructor destroys all events.
+ *
+ * Double frees: a block freed twice is refused, logged at error level, and never handed out twice, when
+ * it is found: at once when the second free finds it in the calling thread's cache slot (also thrown by
+ * checked_deallocate(), device_memory_resource.hpp), or when the second copy reaches a shared list that
+ * holds the block (a pool's coalescing lists see every overlap; the fixed-size stack only in debug builds),
+ * which may be in a later call, on any thread. A block freed twice with a reuse in between cannot be told
+ * from two allocations: undefined, as in RMM.
  *
  * Device: the resource belongs to the device that is current when it is constructed; allocate, deallocate
  * and release must be called with that device current (as with RMM's pools).
@@ -82,6 +100,7 @@
 #pragma once
 
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/cuda_device_id.hpp>
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/debug_log.hpp>
 #include <gpumem/error.hpp>
@@ -115,6 +134,8 @@ namespace gpumem::detail {
 
 /** @brief A number for the calling thread, unique over the process's lifetime (never reused). */
 [[nodiscard]] GPUMEM_EXPORT std::uint64_t this_thread_token() noexcept;
+/** @brief A new number, never equal to another token (this_thread_token()'s included), never 0. */
+[[nodiscard]] GPUMEM_EXPORT std::uint64_t orphan_token() noexcept;
 
 /**
  * @brief Base of the stream-ordered sub-allocators (see the file comment for the algorithm and the rules).
@@ -381,6 +402,12 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     return reinterpret_cast<std::uintptr_t>(ptr);
   }
 
+  /// Whether `key` is a destroyed stream's list (stream_destroying).
+  [[nodiscard]] static bool is_orphan(stream_key const& key) noexcept
+  {
+    return key.second != 0 && key.first != to_address(cudaStreamPerThread);
+  }
+
   [[nodiscard]] static stream_key key_of(cuda_stream_view stream) noexcept
   {
     if (stream.is_default()) { return default_key; }
@@ -435,7 +462,12 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     thread_cache* const mine = caches_.local();
     if (mine == nullptr) { return false; }
     std::lock_guard cache_lock{mine->lock};
-    return !mine->detached && mine->cache.try_push(cache_key(stream), size, to_address(ptr));
+    try {
+      return !mine->detached && mine->cache.try_push(cache_key(stream), size, to_address(ptr));
+    } catch (logic_error const& e) {  // a double free or a misaligned pointer: reported, nothing to do
+      report_deallocation_misuse(std::string{name_} + "::deallocate: " + e.what());
+      return true;
+    }
   }
 
   /// Blocks taken from a stream's list for the calling thread's cache, beside the one handed out.
@@ -498,22 +530,16 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     }
   }
 
-  /// Puts the blocks of `more` in the calling thread's cache (or back in the shared lists without one).
+  /// Puts the blocks of `more` in the calling thread's cache, as cache_freed_block() would (or back in the
+  /// shared lists, recording `stream`'s event during this call).
   void refill_cache(cuda_stream_view stream, std::size_t size, refill const& more) noexcept
   {
-    std::span<std::uintptr_t const> const blocks{more.addresses.data(), more.count};
-    thread_cache* const mine = caches_.local();
-    if (mine != nullptr) {
-      std::lock_guard cache_lock{mine->lock};
-      if (!mine->detached) {
-        for (std::uintptr_t const address : blocks) {
-          mine->cache.push(cache_key(stream), size, address,
-                           [this](block_cache::spill_batch const& batch) noexcept { spill(batch, true); });
-        }
-        return;
-      }
+    std::span<std::uintptr_t const> blocks{more.addresses.data(), more.count};
+    try {
+      while (!blocks.empty() && cache_freed_block(stream, size, blocks.front())) { blocks = blocks.subspan(1); }
+    } catch (logic_error const&) {  // NOLINT(bugprone-empty-catch): cannot happen, the blocks were just taken
     }
-    spill(block_cache::spill_batch{cache_key(stream), size, blocks}, true);
+    if (!blocks.empty()) { spill(block_cache::spill_batch{cache_key(stream), size, blocks}, true); }
   }
 
   /// Steps (a) to (c) of the file comment. @return the address of a block of `size` bytes, or nullopt.
@@ -568,8 +594,21 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
       if (merged) { record_locked(target); }
       throw;
     }
-    if (merged) { record_locked(target); }
+    if (merged) {
+      record_locked(target);
+      forget_empty_orphans_locked();
+    }
     return merged;
+  }
+
+  /// Erases the lists of destroyed streams that are empty: no stream can put blocks in them again.
+  void forget_empty_orphans_locked() noexcept
+  {
+    std::erase_if(lists_, [](auto const& entry) {
+      if (!is_orphan(entry.first) || !entry.second.blocks.empty()) { return false; }
+      get_backend().event_destroy(entry.second.event);
+      return true;
+    });
   }
 
   /// Step (d). Called with the lock held; releases it around the upstream call.
@@ -678,19 +717,41 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   {
     std::size_t const size = block_size_for(bytes);
     std::uintptr_t const address = to_address(ptr);
-    if (size <= block_cache::largest_cached_block) {
-      if (thread_cache* const mine = caches_.local()) {
-        std::lock_guard cache_lock{mine->lock};
-        if (!mine->detached) {
-          // A double free of a block still in this slot throws gpumem::logic_error here, which ends the
-          // program through noexcept (one in the shared lists does so when the slot spills).
-          mine->cache.push(cache_key(stream), size, address,
-                           [this](block_cache::spill_batch const& batch) noexcept { spill(batch, true); });
-          return;
-        }
-      }
+    if (address % allocation_alignment != 0) {
+      report_deallocation_misuse(std::string{name_} + "::deallocate: " + format_pointer(ptr) + " is not " +
+                                 std::to_string(allocation_alignment) + "-byte aligned: it did not come from this resource");
+      return;
     }
+    try {
+      if (size <= block_cache::largest_cached_block && cache_freed_block(stream, size, address)) { return; }
+    } catch (logic_error const& e) {  // a double free of a block in this thread's cache (cache unchanged)
+      report_deallocation_misuse(std::string{name_} + "::deallocate: " + e.what());
+      return;
+    }
+    // Not cached: into the stream's shared list now, with the stream's event recorded during this call.
     spill(block_cache::spill_batch{cache_key(stream), size, std::span<std::uintptr_t const>{&address, 1}}, true);
+  }
+
+  /**
+   * @brief Puts a freed block in the calling thread's cache, if the thread has one and gpumem may use
+   * `stream` after this call (mr/before_stream_destroy.hpp): the block may leave the cache later, from any
+   * thread, and that records the stream's event then. A stream with a slot in the cache qualifies (slots
+   * are made only for such streams, and a destroyed stream's slots are emptied first).
+   * @return false when the block was not cached.
+   * @throws gpumem::logic_error if the block is already in its slot (a double free); the cache is unchanged.
+   */
+  bool cache_freed_block(cuda_stream_view stream, std::size_t size, std::uintptr_t address)
+  {
+    thread_cache* const mine = caches_.local();
+    if (mine == nullptr) { return false; }
+    std::lock_guard cache_lock{mine->lock};
+    if (mine->detached) { return false; }
+    std::uintptr_t const key = cache_key(stream);
+    auto const spill_here = [this](block_cache::spill_batch const& batch) noexcept { spill(batch, true); };
+    if (mine->cache.push_to_slot(key, size, address, spill_here)) { return true; }
+    if (!mine->cache.has_stream(key) && !stream_outlives_calls(stream)) { return false; }
+    mine->cache.push(key, size, address, spill_here);
+    return true;
   }
 
   // ---- thread caches ------------------------------------------------------------------------------------
@@ -726,20 +787,28 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
       list = &lists_.at(default_key);
     }
     for (std::uintptr_t const address : batch.addresses) {
-      // A block that overlaps a free block (a double free) throws gpumem::logic_error here, which ends the
-      // program through noexcept: continuing would hand the same memory out twice.
       try {
         list->blocks.insert(free_block{address, batch.block_size, chunks_.contains(address)});
         bytes_in_use_ -= batch.block_size;
+      } catch (logic_error const& e) {
+        // A block that overlaps a free block: a double free (or a foreign pointer). Not inserting it keeps
+        // the books balanced and the memory handed out once.
+        report_deallocation_misuse(std::string{name_} + "::deallocate: " + e.what());
       } catch (std::bad_alloc const&) {  // NOLINT(bugprone-empty-catch): the block stays counted as in use,
       }                                  // lost until the resource is destroyed; the books stay balanced
     }
     record_locked(*list);
   }
 
-  /// Empties `cache` into the shared lists, from a thread that may not own it.
+  /// Empties `cache` into the shared lists, from a thread that may not own it and may have another device
+  /// current (an exiting thread): the events are recorded with the resource's device current.
   void empty_cache(block_cache& cache) noexcept
   {
+    std::optional<cuda_set_device_raii> own_device;
+    try {
+      own_device.emplace(cuda_device_id{device_});
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a failed record falls back to a stream synchronisation
+    }
     cache.spill_all(std::nullopt, [this](block_cache::spill_batch const& batch) noexcept { spill(batch, false); });
   }
 
@@ -751,12 +820,29 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
 
   void thread_exiting(block_cache& cache) noexcept override { empty_cache(cache); }
 
+  /// `stream` (announced, still valid) is about to be destroyed: its cached blocks go to its shared list,
+  /// and the list moves to a key of its own, so that a new stream that gets the same handle does not use
+  /// the blocks without waiting on their event.
   void stream_destroying(cudaStream_t stream) noexcept override
   {
     caches_.for_each([this, stream](block_cache& cache) {
       cache.spill_all(to_address(stream),
                       [this](block_cache::spill_batch const& batch) noexcept { spill(batch, false); });
     });
+    std::lock_guard lock{mutex_};
+    auto const found = lists_.find(key_of(cuda_stream_view{stream}));
+    if (found == lists_.end()) { return; }
+    if (found->second.blocks.empty()) {
+      get_backend().event_destroy(found->second.event);
+    } else {
+      try {
+        lists_.emplace(stream_key{to_address(stream), orphan_token()}, std::move(found->second));
+      } catch (...) {  // std::bad_alloc: wait for the stream instead, after which no wait is needed
+        synchronize_no_throw(stream);
+        return;
+      }
+    }
+    lists_.erase(found);
   }
 
   struct cache_totals {

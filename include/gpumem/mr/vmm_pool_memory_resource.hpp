@@ -38,12 +38,16 @@
  * Thread-safety: all members may be called concurrently (one mutex, held also while growing).
  * Stream-ordering: as device_memory_resource.hpp says. Memory freed on stream A is reused on A at once;
  * another stream B that takes it first waits (cudaStreamWaitEvent, no host synchronisation) on an event
- * recorded on A after the free. The per-thread default stream's frees record that event at once (only
- * the freeing thread can name that stream). Destroying a stream that freed memory here is safe when the
- * stream is a gpumem::cuda_stream or mr::before_stream_destroy is called for it first: the pool then
- * records its event and stops associating the handle with those blocks. Up to 63 streams are tracked at
- * once; when all are taken, the slots whose frees have completed (an event query) come free, and only
- * when none has does a deallocation on a further stream synchronise that stream first.
+ * recorded on A after the free. For the legacy default stream and announced streams (gpumem::cuda_stream:
+ * mr/before_stream_destroy.hpp) that event is recorded when B needs it, once per batch of frees; an
+ * announced stream's event is recorded before it is destroyed, and the handle is then forgotten. Every
+ * other stream (the per-thread default stream, CuPy's, PyTorch's, cudaStreamCreate's) has its event
+ * recorded at every free, during the call, so the pool never uses such a stream after the call that
+ * passed it. Up to 63 streams are tracked at once; when all are taken, the slots whose frees have
+ * completed (an event query) come free, and only when none has does a deallocation on a further stream
+ * synchronise that stream first.
+ * Double frees: a block that overlaps a free range is refused (logged at error level, thrown by
+ * checked_deallocate()); the pool is unchanged.
  *
  * Device: the pool belongs to the device that is current at its construction (or the provider's); use it
  * with that device current.
@@ -164,6 +168,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
     std::uint64_t thread{};        // this_thread_token() for the per-thread default stream, else 0
     cudaEvent_t event{};
     bool recorded_since_free{true};
+    // The event is recorded at every free, during the call: for a stream gpumem may not use later
+    // (mr/before_stream_destroy.hpp), and for the per-thread default stream (only its thread can name it).
+    bool record_at_free{false};
     bool in_use{false};
   };
 

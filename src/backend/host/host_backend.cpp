@@ -12,6 +12,7 @@
 // - Stream-ordered memory pools: host_mempool (mempool.hpp), with CUDA's default reuse rules.
 // - Graphs: stream-ordered calls on a capturing stream are recorded as nodes; launching the graph
 //   re-submits them, in order, to the launch stream.
+#include "handle_table.hpp"
 #include "host_config.hpp"
 #include "mempool.hpp"
 #include "stream_queue.hpp"
@@ -32,6 +33,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <source_location>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -260,10 +262,8 @@ class host_backend final : public backend {
     int const clamped = std::clamp(priority, greatest, least);  // CUDA clamps priorities into range
     auto queue =
       std::make_shared<stream_queue>(current_device_, flags, clamped, stream_queue::role::created);
-    auto* handle = reinterpret_cast<cudaStream_t>(queue.get());
     std::lock_guard lock{registry_mutex_};
-    streams_.emplace(handle, std::move(queue));
-    return handle;
+    return streams_.add(std::move(queue));
   }
 
   void stream_destroy(cudaStream_t stream) noexcept override
@@ -271,14 +271,14 @@ class host_backend final : public backend {
     std::shared_ptr<stream_queue> queue;
     {
       std::lock_guard lock{registry_mutex_};
-      auto const found = streams_.find(stream);
-      if (found == streams_.end()) {
+      auto [found, state] = streams_.remove(stream);
+      if (state == host::handle_state::destroyed) { host::stop_on_destroyed_handle("stream", stream, "stream_destroy"); }
+      if (state == host::handle_state::unknown) {
         std::fprintf(stderr, "gpumem host backend: stream_destroy of an unknown stream %p ignored\n",
                      static_cast<void*>(stream));
         return;
       }
-      queue = std::move(found->second);
-      streams_.erase(found);
+      queue = std::move(found);
     }
     // As in CUDA, work already submitted completes; here the destroying thread waits for it.
     queue.reset();
@@ -324,16 +324,17 @@ class host_backend final : public backend {
     if ((flags & cudaEventInterprocess) != 0 && (flags & cudaEventDisableTiming) == 0) {
       fail(cudaErrorInvalidValue, "event_create: an interprocess event must also disable timing");
     }
-    auto* event = new host_event{flags, current_device_, {}, nullptr};
+    auto event = std::make_shared<host_event>(flags, current_device_);
     std::lock_guard lock{registry_mutex_};
-    events_.emplace(reinterpret_cast<cudaEvent_t>(event), std::unique_ptr<host_event>{event});
-    return reinterpret_cast<cudaEvent_t>(event);
+    return events_.add(std::move(event));
   }
 
   void event_destroy(cudaEvent_t event) noexcept override
   {
     std::lock_guard lock{registry_mutex_};
-    if (events_.erase(event) == 0) {
+    auto const state = events_.remove(event).second;
+    if (state == host::handle_state::destroyed) { host::stop_on_destroyed_handle("event", event, "event_destroy"); }
+    if (state == host::handle_state::unknown) {
       std::fprintf(stderr, "gpumem host backend: event_destroy of an unknown event %p ignored\n",
                    static_cast<void*>(event));
     }
@@ -341,7 +342,7 @@ class host_backend final : public backend {
 
   void event_record(cudaEvent_t event, cudaStream_t stream) override
   {
-    host_event* const target = resolve(event);
+    auto const target = resolve(event);
     auto const queue = resolve(stream);
     if (target->device != queue->device()) {
       std::string const what = "event_record: an event of device " + std::to_string(target->device) +
@@ -544,16 +545,22 @@ class host_backend final : public backend {
     return slot;
   }
 
-  std::shared_ptr<stream_queue> resolve(cudaStream_t stream)
+  /// The queue of `stream`. A destroyed stream stops the process (handle_table.hpp); an unknown handle
+  /// is cudaErrorInvalidResourceHandle.
+  std::shared_ptr<stream_queue> resolve(cudaStream_t stream,
+                                        std::source_location const where = std::source_location::current())
   {
     if (stream == nullptr || stream == cudaStreamLegacy) {
       return default_streams_[static_cast<std::size_t>(current_device_)];
     }
     if (stream == cudaStreamPerThread) { return per_thread_stream(current_device_); }
     std::lock_guard lock{registry_mutex_};
-    auto const found = streams_.find(stream);
-    if (found == streams_.end()) { fail(cudaErrorInvalidResourceHandle, "unknown stream handle"); }
-    return found->second;
+    auto [found, state] = streams_.find(stream);
+    if (state == host::handle_state::destroyed) {
+      host::stop_on_destroyed_handle("stream", stream, where.function_name());
+    }
+    if (!found) { fail(cudaErrorInvalidResourceHandle, "unknown stream handle"); }
+    return found;
   }
 
   host::host_mempool& resolve(cudaMemPool_t pool)
@@ -576,17 +583,20 @@ class host_backend final : public backend {
     return std::find(default_mempools_.begin(), default_mempools_.end(), pool) != default_mempools_.end();
   }
 
-  host_event* resolve(cudaEvent_t event)
+  /// The event of `event`; destroyed and unknown handles as resolve(cudaStream_t).
+  std::shared_ptr<host_event> resolve(cudaEvent_t event,
+                                      std::source_location const where = std::source_location::current())
   {
     std::lock_guard lock{registry_mutex_};
-    auto const found = events_.find(event);
-    if (found == events_.end()) { fail(cudaErrorInvalidResourceHandle, "unknown event handle"); }
-    return found->second.get();
+    auto [found, state] = events_.find(event);
+    if (state == host::handle_state::destroyed) { host::stop_on_destroyed_handle("event", event, where.function_name()); }
+    if (!found) { fail(cudaErrorInvalidResourceHandle, "unknown event handle"); }
+    return found;
   }
 
   completion_ptr latest_record(cudaEvent_t event)
   {
-    host_event* const target = resolve(event);
+    auto const target = resolve(event);
     std::lock_guard lock{target->mutex};
     return target->last;
   }
@@ -595,9 +605,9 @@ class host_backend final : public backend {
   {
     std::vector<std::shared_ptr<stream_queue>> queues{default_streams_[static_cast<std::size_t>(device)]};
     std::lock_guard lock{registry_mutex_};
-    for (auto const& [handle, queue] : streams_) {
+    streams_.for_each([&](std::shared_ptr<stream_queue> const& queue) {
       if (queue->device() == device) { queues.push_back(queue); }
-    }
+    });
     for (auto const& queue : per_thread_streams_) {
       if (queue->device() == device) { queues.push_back(queue); }
     }
@@ -647,9 +657,9 @@ class host_backend final : public backend {
   std::map<void*, allocation> allocations_;  // guarded by memory_mutex_ (ordered: is_pinned_host)
 
   std::mutex registry_mutex_;
-  std::unordered_map<cudaStream_t, std::shared_ptr<stream_queue>> streams_;  // guarded by registry_mutex_
+  host::handle_table<cudaStream_t, stream_queue> streams_{0x5};  // guarded by registry_mutex_
   std::vector<std::shared_ptr<stream_queue>> per_thread_streams_;            // guarded by registry_mutex_
-  std::unordered_map<cudaEvent_t, std::unique_ptr<host_event>> events_;      // guarded by registry_mutex_
+  host::handle_table<cudaEvent_t, host_event> events_{0xe};     // guarded by registry_mutex_
   std::unordered_map<cudaMemPool_t, std::unique_ptr<host::host_mempool>> mempools_;  // guarded by registry_mutex_
   std::vector<cudaMemPool_t> default_mempools_;  // guarded by registry_mutex_: per device, created lazily
 

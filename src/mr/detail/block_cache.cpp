@@ -32,13 +32,18 @@ void block_cache::remove_oldest(slot& s, std::size_t n) noexcept
   cached_bytes_ -= n * s.block_size;
 }
 
-void block_cache::check_new(slot const& s, std::uintptr_t address)
+void block_cache::check_alignment(std::uintptr_t address)
 {
   if (address % allocation_alignment != 0) {
     throw logic_error("gpumem: deallocation of " + format_pointer(reinterpret_cast<void const*>(address)) +  // NOLINT(performance-no-int-to-ptr)
                       ", which is not " + std::to_string(allocation_alignment) +
                       "-byte aligned: it did not come from this resource");
   }
+}
+
+void block_cache::check_new(slot const& s, std::uintptr_t address)
+{
+  check_alignment(address);
   auto const end = s.blocks.begin() + static_cast<std::ptrdiff_t>(s.count);
   if (std::find(s.blocks.begin(), end, address) != end) {
     throw logic_error("gpumem: double free of " +

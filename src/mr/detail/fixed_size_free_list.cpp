@@ -37,6 +37,12 @@ void fixed_size_free_list::insert(free_block block)
     violation("insert", describe(block.address, block.size) + " is not a " + std::to_string(block_size_) +
                           "-byte block of this resource");
   }
+#ifndef NDEBUG
+  // A double free: the stack cannot see it without a search, so only debug builds pay for one (O(n)).
+  if (std::find(blocks_.begin(), blocks_.end(), block.address) != blocks_.end()) {
+    violation("insert", "double free of " + describe(block.address, block.size) + ": the block is already free");
+  }
+#endif
   blocks_.push_back(block.address);
 }
 

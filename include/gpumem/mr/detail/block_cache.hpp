@@ -25,6 +25,7 @@
 
 #include <gpumem/export.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -79,13 +80,25 @@ class GPUMEM_EXPORT block_cache {
   template <class Spill>
   void push(std::uintptr_t stream, std::size_t block_size, std::uintptr_t address, Spill&& spill)
   {
-    slot* s = find(stream, block_size);
-    if (s != nullptr) {
-      check_new(*s, address);
-    } else {
-      s = claim(stream, block_size, spill);
-      check_new(*s, address);  // an empty slot: checks the alignment only
-    }
+    if (push_to_slot(stream, block_size, address, spill)) { return; }
+    check_alignment(address);
+    slot* const s = claim(stream, block_size, spill);
+    s->blocks[s->count++] = address;
+    cached_bytes_ += block_size;
+  }
+
+  /**
+   * @brief As push(), but only into an existing slot of (stream, block_size); a full slot first hands its
+   * older half to `spill`. No other slot is touched.
+   * @return false (and nothing changed) when there is no such slot.
+   * @throws as push().
+   */
+  template <class Spill>
+  bool push_to_slot(std::uintptr_t stream, std::size_t block_size, std::uintptr_t address, Spill&& spill)
+  {
+    slot* const s = find(stream, block_size);
+    if (s == nullptr) { return false; }
+    check_new(*s, address);
     if (s->count == s->capacity) {
       std::size_t const half = (s->count + 1) / 2;
       spill(spill_batch{s->stream, s->block_size, std::span<std::uintptr_t const>{s->blocks.data(), half}});
@@ -93,6 +106,14 @@ class GPUMEM_EXPORT block_cache {
     }
     s->blocks[s->count++] = address;
     cached_bytes_ += block_size;
+    return true;
+  }
+
+  /** @return whether some slot holds blocks of `stream` (or is reserved for it). */
+  [[nodiscard]] bool has_stream(std::uintptr_t stream) const noexcept
+  {
+    return std::any_of(slots_.begin(), slots_.end(),
+                       [stream](slot const& s) { return s.block_size != 0 && s.stream == stream; });
   }
 
   /**
@@ -190,6 +211,7 @@ class GPUMEM_EXPORT block_cache {
 
   void remove_oldest(slot& s, std::size_t n) noexcept;
   static void check_new(slot const& s, std::uintptr_t address);
+  static void check_alignment(std::uintptr_t address);
 
   std::array<slot, slot_count> slots_{};
   std::size_t next_victim_{};

@@ -42,8 +42,9 @@ class GPUMEM_EXPORT fixed_size_free_list {
   [[nodiscard]] std::size_t block_size() const noexcept { return block_size_; }
 
   /**
-   * @brief Pushes a free block.
-   * @throws gpumem::logic_error if block.size != block_size() or the address is misaligned (list unchanged).
+   * @brief Pushes a free block. Cost: O(1) amortised; O(n) in debug builds, which look for the block first.
+   * @throws gpumem::logic_error if block.size != block_size() or the address is misaligned, or (in debug
+   *         builds only) the block is already in the list (a double free); the list is unchanged then.
    * @throws std::bad_alloc when the stack must grow and the host heap is exhausted (list unchanged).
    */
   void insert(free_block block);
