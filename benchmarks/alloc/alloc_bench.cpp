@@ -3,6 +3,9 @@
 //
 //   fixed/<resource>/<size>       allocate then free one block, in a loop (256B 4KiB 64KiB 1MiB 64MiB);
 //                                 figure: ns_per_pair (one allocate + one deallocate)
+//   fixed_foreign/<resource>/<size>  the same on a stream made with the backend's stream_create, as CuPy,
+//                                 PyTorch or raw CUDA make them (never announced to gpumem: frees on it
+//                                 record its event during the call, docs/streams.md); 256B 64KiB 1MiB
 //   random/<resource>             at most 1000 live blocks; each step allocates (p = 0.5, or when none are
 //                                 live; never above the limit) a size log-uniform in [256 B, 4 MiB], else
 //                                 frees a uniformly random live block; 200 000 steps, seed 42; every block
@@ -52,6 +55,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -128,13 +132,21 @@ void set_upstream_counters(benchmark::State& state, bench_context const& ctx, st
 
 // ---- fixed/<resource>/<size> ----------------------------------------------------------------------------
 
-void bm_fixed(benchmark::State& state, std::string const& id, std::string const& resource_name, std::size_t bytes)
+/// A stream gpumem did not create and is never told about, for fixed_foreign (kept until the process ends).
+cuda_stream_view foreign_stream()
+{
+  static cudaStream_t const stream = detail::get_backend().stream_create(cudaStreamNonBlocking, 0);
+  return cuda_stream_view{stream};
+}
+
+void bm_fixed(benchmark::State& state, std::string const& id, std::string const& resource_name, std::size_t bytes,
+              bool on_foreign_stream)
 {
   watchdog_scope const watch{id};
   try {
     bench_context& ctx = context_for(id, resource_name, 1, bytes);
     mr::device_memory_resource& resource = ctx.resource.get();
-    cuda_stream_view const stream = ctx.streams->get_stream(0);
+    cuda_stream_view const stream = on_foreign_stream ? foreign_stream() : ctx.streams->get_stream(0);
     if (!ctx.warmed) {
       // Two blocks at once: both valid and disjoint; then the pattern once, untimed.
       block_checker checker;
@@ -300,11 +312,15 @@ void register_benchmarks()
   bool const smoke = g_options.smoke;
   for (std::string const& name : g_options.resources) {
     for (fixed_size const& size : fixed_sizes) {
-      std::string const id = "fixed/" + name + "/" + size.label;
-      auto* b = benchmark::RegisterBenchmark(id.c_str(), bm_fixed, id, name, size.bytes);
-      b->UseRealTime()->Unit(benchmark::kNanosecond);
-      if (smoke) { b->Iterations(64); }
-      apply_common(b, g_options);
+      for (bool const foreign : {false, true}) {
+        std::string_view const label{size.label};
+        if (foreign && label != "256B" && label != "64KiB" && label != "1MiB") { continue; }
+        std::string const id = (foreign ? "fixed_foreign/" : "fixed/") + name + "/" + size.label;
+        auto* b = benchmark::RegisterBenchmark(id.c_str(), bm_fixed, id, name, size.bytes, foreign);
+        b->UseRealTime()->Unit(benchmark::kNanosecond);
+        if (smoke) { b->Iterations(64); }
+        apply_common(b, g_options);
+      }
     }
   }
   for (std::string const& name : g_options.resources) {

@@ -7,9 +7,10 @@ the process). Each case runs in a fresh interpreter, so a crash fails the case t
 status covers the interpreter's teardown too.
 """
 
+import textwrap
+
 import pytest
 
-import gpumem
 from test_allocators import on_cuda_backend, run_python
 
 RESOURCES = {
@@ -59,6 +60,11 @@ def needs_gpu():
         pytest.skip("foreign streams of CuPy, PyTorch and raw CUDA need a GPU")
 
 
+def with_raw_cuda(code):
+    """`code` after the definitions of RAW_CUDA."""
+    return textwrap.dedent(RAW_CUDA) + textwrap.dedent(code)
+
+
 def check(code, *args, env=None, timeout=600):
     result = run_python(code, *args, env=env, timeout=timeout)
     assert result.returncode == 0, f"exit status {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
@@ -84,8 +90,8 @@ def test_cupy_streams_dropped_after_their_arrays(resource):
             s.synchronize()
             del s
             gc.collect()
-        b = cupy.ones(1 << 20)
-        assert float(b.sum()) == float(1 << 20)
+        b = cupy.ones(1 << 16)  # 512 KiB: within the fixed-size resource's blocks
+        assert float(b.sum()) == float(1 << 16)
         del b
         cupy.cuda.Device().synchronize()
         print("ok")
@@ -97,7 +103,7 @@ def test_a_resource_used_on_a_stream_that_is_then_destroyed(resource):
     # RMM's PoolTest.DeletedStream, with CuPy's streams and with raw CUDA streams destroyed while their
     # work may still run.
     pytest.importorskip("cupy")
-    check(RAW_CUDA + """
+    check(with_raw_cuda("""
         import gc, sys, cupy
         from gpumem import mr
         r = eval(sys.argv[1])
@@ -119,7 +125,7 @@ def test_a_resource_used_on_a_stream_that_is_then_destroyed(resource):
             if hasattr(r, release):
                 getattr(r, release)()
         print("ok")
-    """, RESOURCES[resource])
+    """), RESOURCES[resource])
 
 
 @pytest.mark.parametrize("resource", ["pool", "cuda_async", "vmm"])
@@ -143,7 +149,7 @@ def test_a_device_buffer_outlives_the_stream_object_it_was_made_on(resource):
 
 def test_threads_create_and_drop_thousands_of_streams_while_allocating():
     pytest.importorskip("cupy")
-    check(RAW_CUDA + """
+    check(with_raw_cuda("""
         import gc, threading, cupy, gpumem
         from gpumem import mr, cuda
         resources = [eval(text) for text in (%s)]
@@ -186,7 +192,7 @@ def test_threads_create_and_drop_thousands_of_streams_while_allocating():
         cupy.cuda.Device().synchronize()
         assert not errors, errors
         print("ok")
-    """ % ", ".join(repr(RESOURCES[name]) for name in ("pool", "vmm", "arena", "binning", "cuda_async")))
+    """ % ", ".join(repr(RESOURCES[name]) for name in ("pool", "vmm", "arena", "binning", "cuda_async"))))
 
 
 def test_pytorch_streams_with_gpumem_as_its_allocator():
