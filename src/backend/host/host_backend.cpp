@@ -246,8 +246,7 @@ class host_backend final : public backend {
     if (ptr == nullptr) { return; }
     try {
       auto const queue = resolve(stream);
-      captures_.refuse_if_capturing(*queue, "mempool_free_async (the memory stays allocated)", cudaErrorNotSupported,
-                                    not_emulated_in_capture);
+      captures_.refuse_if_capturing(*queue, "mempool_free_async", cudaErrorNotSupported, not_emulated_in_capture);
       auto marker = std::make_shared<completion>();
       enqueue(*queue, [marker] { marker->signal(); });
       std::lock_guard lock{registry_mutex_};
@@ -641,7 +640,9 @@ class host_backend final : public backend {
     release(ptr, kind, call, true);
   }
 
-  static constexpr char const* not_emulated_in_capture = ": graph memory nodes are not emulated by the host backend";
+  /// Why a stream-ordered pool allocation or free on a capturing stream is refused (a refused free frees nothing).
+  static constexpr char const* not_emulated_in_capture =
+    ": graph memory nodes are not emulated by the host backend (a refused free leaves the memory allocated)";
 
   /// Enqueues `op` on `queue` behind CUDA's implicit dependencies between the legacy default stream and
   /// the device's blocking streams.
