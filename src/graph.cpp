@@ -55,8 +55,15 @@ void graph::capture_end()
 {
   expects(capturing_, "capture_end() without capture_begin()");
   auto& backend = detail::get_backend();
+  try {
+    graph_ = backend.stream_end_capture(capture_stream_);
+  } catch (cuda_error const& e) {
+    // Ended on the wrong thread, the capture goes on; any other failure has ended it (CUDA takes every
+    // stream of a capture out of capture mode, also when the capture fails).
+    if (e.code() != cudaErrorStreamCaptureWrongThread) { capturing_ = false; }
+    throw;
+  }
   capturing_ = false;
-  graph_ = backend.stream_end_capture(capture_stream_);
   exec_ = backend.graph_instantiate(graph_);
 }
 

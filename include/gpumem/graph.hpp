@@ -1,8 +1,22 @@
 /**
  * @file graph.hpp
  * A CUDA graph made by stream capture: begin capture on a stream, issue work, end capture, then launch
- * the instantiated graph as often as wanted. Under the host backend the captured stream-ordered calls
- * (copies, fills, host functions, event records and waits) are replayed on launch.
+ * the instantiated graph as often as wanted.
+ *
+ * Capture follows CUDA's rules on both backends (CUDA programming guide, "Stream Capture"):
+ * - Work on other streams joins the graph through events: record an event on a capturing stream and make
+ *   another stream wait on it (a fork), and that stream's later work is captured too, after the recorded
+ *   point; record an event on it and wait on it from the capturing stream (a join) before capture_end(),
+ *   or capture_end() fails with cudaErrorStreamCaptureUnjoined. Launch runs the whole graph with its
+ *   dependencies.
+ * - A call that CUDA forbids during a capture (synchronising or querying a capturing stream, the device or
+ *   an event recorded in the capture; using the legacy default stream while a blocking stream captures;
+ *   cudaMalloc/cudaFree where the capture mode prohibits them; waiting on an event recorded outside the
+ *   capture) throws the cuda_error CUDA gives and invalidates the capture: capture_end() then fails with
+ *   cudaErrorStreamCaptureInvalidated.
+ * Under the host backend a launch runs the nodes one at a time on the launch stream, in an order that keeps
+ * every dependency; stream-ordered pool allocations (graph memory nodes) are not emulated there
+ * (cudaErrorNotSupported).
  */
 #pragma once
 
@@ -37,6 +51,10 @@ class GPUMEM_EXPORT graph {
   /**
    * @brief Ends the capture and instantiates the graph.
    * @throws gpumem::logic_error if capture_begin was not called.
+   * @throws gpumem::cuda_error as cudaStreamEndCapture: cudaErrorStreamCaptureInvalidated (a forbidden call
+   *         during the capture), cudaErrorStreamCaptureUnjoined (a forked stream not joined back),
+   *         cudaErrorStreamCaptureWrongThread (a capture not begun in relaxed mode ended on another thread:
+   *         it goes on, and is_capturing() stays true). After any other failure is_capturing() is false.
    */
   void capture_end();
   /**

@@ -1,6 +1,8 @@
 // The host backend's own contract: capacity-limited device memory, configuration parsing, invalid handles,
-// capture rules. (Streams, events and graphs are covered on both backends by tests/handles.)
+// what it does not emulate in a capture, the order a graph replays in. (Streams, events, graphs and CUDA's
+// capture rules are covered on both backends by tests/handles.)
 #include "backend/host/host_config.hpp"
+#include "backend/host/host_graph.hpp"
 #include "support/gate.hpp"
 
 #include <gpumem/backend/backend.hpp>
@@ -12,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 namespace gpumem {
@@ -131,20 +134,79 @@ TEST_F(HostBackend, ACallOnADestroyedStreamOrEventStopsTheProcess)
   host().stream_destroy(live);
 }
 
-TEST_F(HostBackend, SynchronizeDuringCaptureIsRejected)
+TEST_F(HostBackend, PoolAllocationsOnACapturingStreamAreNotEmulated)
 {
+  // CUDA captures them as graph memory nodes; the host backend refuses them, loudly, and the capture with them.
   cudaStream_t s = host().stream_create(0, 0);
-  host().stream_begin_capture(s, capture_mode::global);
+  cudaMemPool_t const pool = host().mempool_default(0);
+  host().stream_begin_capture(s, capture_mode::relaxed);
   try {
-    host().stream_synchronize(s);
-    ADD_FAILURE();
+    (void)host().mempool_malloc_async(pool, 1024, s);
+    ADD_FAILURE() << "accepted";
   } catch (cuda_error const& e) {
-    EXPECT_EQ(e.code(), cudaErrorStreamCaptureUnsupported);
+    EXPECT_EQ(e.code(), cudaErrorNotSupported);
+    EXPECT_NE(std::string{e.what()}.find("graph memory nodes"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(host().stream_begin_capture(s, capture_mode::global), cuda_error);
-  host().graph_destroy(host().stream_end_capture(s));
-  EXPECT_THROW((void)host().stream_end_capture(s), cuda_error);
+  EXPECT_THROW(host().graph_destroy(host().stream_end_capture(s)), cuda_error);
+
+  void* p = host().mempool_malloc_async(pool, 1024, s);
+  ASSERT_NE(p, nullptr);
+  std::size_t const used = host().mempool_get_usage(pool).used_current;
+  host().stream_begin_capture(s, capture_mode::relaxed);
+  ::testing::internal::CaptureStderr();
+  host().mempool_free_async(p, s);
+  std::string const printed = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(printed.find("mempool_free_async"), std::string::npos) << printed;
+  EXPECT_EQ(host().mempool_get_usage(pool).used_current, used) << "the refused free freed nothing";
+  EXPECT_THROW(host().graph_destroy(host().stream_end_capture(s)), cuda_error);
+  host().mempool_free_async(p, s);
+  host().stream_synchronize(s);
   host().stream_destroy(s);
+}
+
+TEST(HostGraph, ReplayRunsTheReadyNodeCapturedLastFirst)
+{
+  // 0 <- 1 <- 3, 0 <- 2, {2, 3} <- 4: two branches after node 0, joined by node 4.
+  using detail::host::capture_sequence;
+  std::vector<capture_sequence::node> nodes(5);
+  nodes[1].dependencies = {0};
+  nodes[2].dependencies = {0};
+  nodes[3].dependencies = {1};
+  nodes[4].dependencies = {2, 3};
+  EXPECT_EQ(detail::host::replay_order(nodes), (std::vector<std::size_t>{0, 2, 1, 3, 4}));
+  nodes[4].dependencies = {};  // a sink with no dependencies may run first
+  EXPECT_EQ(detail::host::replay_order(nodes), (std::vector<std::size_t>{4, 0, 2, 1, 3}));
+}
+
+TEST_F(HostBackend, AMissingJoinShowsOnTheCpu)
+{
+  // The side stream writes what the origin stream then reads, with no event between the two: on a GPU a race.
+  // The host backend runs the origin's read first, so the graph gives the stale value every time.
+  cudaStream_t origin = host().stream_create(0, 0);
+  cudaStream_t side = host().stream_create(0, 0);
+  cudaEvent_t fork = host().event_create(0);
+  cudaEvent_t join = host().event_create(0);
+  int value = 1;
+  int seen = 0;
+  host().stream_begin_capture(origin, capture_mode::global);
+  host().event_record(fork, origin);
+  host().stream_wait_event(side, fork);
+  host().launch_host_func(side, [](void* v) { *static_cast<int*>(v) = 2; }, &value);
+  host().memcpy_async(&seen, &value, sizeof(int), origin);  // should have waited for `join` first
+  host().event_record(join, side);
+  host().stream_wait_event(origin, join);
+  cudaGraph_t graph = host().stream_end_capture(origin);
+  cudaGraphExec_t exec = host().graph_instantiate(graph);
+  host().graph_launch(exec, origin);
+  host().stream_synchronize(origin);
+  EXPECT_EQ(seen, 1);
+  EXPECT_EQ(value, 2);
+  host().graph_exec_destroy(exec);
+  host().graph_destroy(graph);
+  host().event_destroy(fork);
+  host().event_destroy(join);
+  host().stream_destroy(origin);
+  host().stream_destroy(side);
 }
 
 TEST_F(HostBackend, DestroyingAStreamCompletesItsWork)

@@ -176,8 +176,21 @@ class GPUMEM_EXPORT backend {
   virtual void mem_prefetch_async(void const* ptr, std::size_t bytes, int device, cudaStream_t stream) = 0;
 
   // ---- graphs ---------------------------------------------------------------------------------------
+  // Stream capture as CUDA does it (graph.hpp says what that means for a caller). The host backend applies
+  // CUDA's capture rules: a stream that waits on an event recorded in a capture joins it; a call CUDA
+  // refuses during a capture throws CUDA's error and invalidates the capture; stream-ordered pool allocations
+  // and frees on a capturing stream (graph memory nodes) are refused with cudaErrorNotSupported, and so is
+  // graph_launch into a capturing stream (cudaErrorStreamCaptureUnsupported, as CUDA 12 measured).
+  // Every thread is in CUDA's default global thread capture mode (no cudaThreadExchangeStreamCaptureMode).
+  /// @throws cuda_error as cudaStreamBeginCapture (the legacy stream; a stream already capturing).
   virtual void stream_begin_capture(cudaStream_t stream, capture_mode mode) = 0;
+  /// Takes every stream of the capture out of capture mode. @throws cuda_error as cudaStreamEndCapture
+  /// (cudaErrorStreamCaptureInvalidated, cudaErrorStreamCaptureUnjoined, cudaErrorStreamCaptureUnmatched,
+  /// cudaErrorStreamCaptureWrongThread, ...).
   [[nodiscard]] virtual cudaGraph_t stream_end_capture(cudaStream_t stream) = 0;
+  /// @return true while `stream` takes part in a capture that has not been invalidated (cudaStreamIsCapturing
+  /// reports cudaStreamCaptureStatusActive). @throws cuda_error (cudaErrorStreamCaptureImplicit) for the
+  /// legacy stream while a blocking stream of its device is capturing; that capture stays valid.
   [[nodiscard]] virtual bool stream_is_capturing(cudaStream_t stream) = 0;
   [[nodiscard]] virtual cudaGraphExec_t graph_instantiate(cudaGraph_t graph) = 0;
   virtual void graph_launch(cudaGraphExec_t exec, cudaStream_t stream) = 0;

@@ -10,10 +10,18 @@
 //   per-thread default stream per device (blocking), as CUDA's cudaStreamPerThread.
 // - Events: the completion marker of their latest record (with the time it completed).
 // - Stream-ordered memory pools: host_mempool (mempool.hpp), with CUDA's default reuse rules.
-// - Graphs: stream-ordered calls on a capturing stream are recorded as nodes; launching the graph
-//   re-submits them, in order, to the launch stream.
+// - Stream capture (capture_sequence.hpp): stream-ordered calls on a capturing stream become graph nodes,
+//   and a stream that waits on an event recorded in a capture joins it. Calls that CUDA forbids during a
+//   capture are refused with CUDA's error and invalidate the capture (capture_rules.hpp); what is not
+//   emulated (graph memory nodes) is refused with cudaErrorNotSupported. A graph launch runs the nodes on
+//   the launch stream in dependency order (host_graph.hpp).
+// - Handles (handle_table.hpp): stream and event handles are never reused, and a call on a destroyed one
+//   stops the process, where CUDA's behaviour is undefined.
+#include "capture_rules.hpp"
 #include "handle_table.hpp"
 #include "host_config.hpp"
+#include "host_error.hpp"
+#include "host_graph.hpp"
 #include "mempool.hpp"
 #include "stream_queue.hpp"
 
@@ -33,7 +41,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <source_location>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -41,25 +51,24 @@
 namespace gpumem::detail {
 namespace {
 
+using host::captured_record;
 using host::completion;
 using host::completion_ptr;
+using host::fail;
 using host::stream_queue;
-
-[[noreturn]] void fail(cudaError_t code, char const* what)
-{
-  throw cuda_error(code, std::string{"host backend: "} + what + ": " + cudaGetErrorName(code) + " (" +
-                           cudaGetErrorString(code) + ")");
-}
 
 struct host_event {
   unsigned flags;
   int device;  // current at creation: CUDA records an event only on a stream of its own device
   std::mutex mutex;
   completion_ptr last;  // guarded by mutex: the latest record's marker; null until first recorded
+  std::optional<captured_record> captured;  // guarded by mutex: set while the latest record was captured
 };
 
-struct host_graph {
-  std::vector<stream_queue::node> nodes;
+/// What an event's latest record was: a completion marker, or a captured record.
+struct event_record_state {
+  completion_ptr last;
+  std::optional<captured_record> captured;
 };
 
 enum class memory_kind { device, managed, pinned };
@@ -127,6 +136,7 @@ class host_backend final : public backend {
 
   void device_synchronize() override
   {
+    captures_.check_device_synchronize(current_device_);
     for (auto const& queue : queues_of_device(current_device_)) { queue->synchronize(); }
   }
 
@@ -149,14 +159,16 @@ class host_backend final : public backend {
   // ---- memory ---------------------------------------------------------------------------------------
   [[nodiscard]] void* malloc_device(std::size_t bytes) override
   {
+    captures_.check_unsafe_call("malloc_device");
     return allocate(bytes, memory_kind::device, current_device_);
   }
-  void free_device(void* ptr) noexcept override { release(ptr, memory_kind::device, "free_device", true); }
+  void free_device(void* ptr) noexcept override { free_unless_refused(ptr, memory_kind::device, "free_device"); }
   [[nodiscard]] void* malloc_managed(std::size_t bytes) override
   {
+    captures_.check_unsafe_call("malloc_managed");
     return allocate(bytes, memory_kind::managed, current_device_);
   }
-  void free_managed(void* ptr) noexcept override { release(ptr, memory_kind::managed, "free_managed", true); }
+  void free_managed(void* ptr) noexcept override { free_unless_refused(ptr, memory_kind::managed, "free_managed"); }
   [[nodiscard]] void* malloc_pinned(std::size_t bytes) override
   {
     return allocate(bytes, memory_kind::pinned, current_device_);
@@ -229,9 +241,7 @@ class host_backend final : public backend {
   {
     auto& target = resolve(pool);
     auto const queue = resolve(stream);
-    if (queue->capturing()) {
-      fail(cudaErrorStreamCaptureUnsupported, "mempool_malloc_async during capture (not emulated)");
-    }
+    captures_.refuse_if_capturing(*queue, "mempool_malloc_async", cudaErrorNotSupported, not_emulated_in_capture);
     return target.allocate(bytes, queue.get());
   }
 
@@ -240,6 +250,7 @@ class host_backend final : public backend {
     if (ptr == nullptr) { return; }
     try {
       auto const queue = resolve(stream);
+      captures_.refuse_if_capturing(*queue, "mempool_free_async", cudaErrorNotSupported, not_emulated_in_capture);
       auto marker = std::make_shared<completion>();
       enqueue(*queue, [marker] { marker->signal(); });
       std::lock_guard lock{registry_mutex_};
@@ -287,22 +298,24 @@ class host_backend final : public backend {
   void stream_synchronize(cudaStream_t stream) override
   {
     auto const queue = resolve(stream);
-    if (queue->capturing()) { fail(cudaErrorStreamCaptureUnsupported, "stream_synchronize during capture"); }
+    captures_.refuse_if_capturing(*queue, "stream_synchronize", cudaErrorStreamCaptureUnsupported);
     queue->synchronize();
   }
 
   [[nodiscard]] bool stream_query(cudaStream_t stream) override
   {
     auto const queue = resolve(stream);
-    if (queue->capturing()) { fail(cudaErrorStreamCaptureUnsupported, "stream_query during capture"); }
+    captures_.refuse_if_capturing(*queue, "stream_query", cudaErrorStreamCaptureUnsupported);
     return queue->idle();
   }
 
   void stream_wait_event(cudaStream_t stream, cudaEvent_t event) override
   {
-    completion_ptr const marker = latest_record(event);
-    if (marker == nullptr) { return; }  // never recorded: nothing to wait for (CUDA's behaviour)
-    submit(stream, [marker] { marker->wait(); });
+    auto const queue = resolve(stream);
+    event_record_state const state = latest_record(event);
+    if (captures_.wait_event(queue, state.captured)) { return; }  // a fork or a join of a capture
+    if (state.last == nullptr) { return; }  // never recorded: nothing to wait for (CUDA's behaviour)
+    enqueue(*queue, [marker = state.last] { marker->wait(); });
   }
 
   [[nodiscard]] int stream_device(cudaStream_t stream) override { return resolve(stream)->device(); }
@@ -313,7 +326,7 @@ class host_backend final : public backend {
   void launch_host_func(cudaStream_t stream, void (*fn)(void*), void* user_data) override
   {
     if (fn == nullptr) { fail(cudaErrorInvalidValue, "launch_host_func: null function"); }
-    submit(stream, [fn, user_data] { fn(user_data); });
+    submit(stream, [fn, user_data] { fn(user_data); }, "launch_host_func");
   }
 
   // ---- events ---------------------------------------------------------------------------------------
@@ -349,27 +362,32 @@ class host_backend final : public backend {
                                " on a stream of device " + std::to_string(queue->device());
       fail(cudaErrorInvalidResourceHandle, what.c_str());
     }
-    stream_queue::node const record = [this, target](void* launch_stream) {
-      auto marker = std::make_shared<completion>();
-      {
-        std::lock_guard lock{target->mutex};
-        target->last = marker;
-      }
-      enqueue(*resolve(static_cast<cudaStream_t>(launch_stream)), [marker] { marker->signal(); });
-    };
-    if (queue->capture_if_capturing(record)) { return; }
-    record(stream);
+    if (auto captured = captures_.capture_event_record(*queue)) {
+      std::lock_guard lock{target->mutex};
+      target->captured = std::move(captured);
+      return;
+    }
+    auto marker = std::make_shared<completion>();
+    {
+      std::lock_guard lock{target->mutex};
+      target->last = marker;
+      target->captured.reset();
+    }
+    enqueue(*queue, [marker] { marker->signal(); });
   }
 
   void event_synchronize(cudaEvent_t event) override
   {
-    if (completion_ptr const marker = latest_record(event)) { marker->wait(); }
+    event_record_state const state = latest_record(event);
+    if (state.captured) { host::capture_rules::refuse_captured_event(*state.captured, "event_synchronize"); }
+    if (state.last != nullptr) { state.last->wait(); }
   }
 
   [[nodiscard]] bool event_query(cudaEvent_t event) override
   {
-    completion_ptr const marker = latest_record(event);
-    return marker == nullptr || marker->done();
+    event_record_state const state = latest_record(event);
+    if (state.captured) { host::capture_rules::refuse_captured_event(*state.captured, "event_query"); }
+    return state.last == nullptr || state.last->done();
   }
 
   [[nodiscard]] float event_elapsed_ms(cudaEvent_t start, cudaEvent_t end) override
@@ -379,8 +397,13 @@ class host_backend final : public backend {
         fail(cudaErrorInvalidResourceHandle, "event_elapsed_ms: an event was created with timing disabled");
       }
     }
-    completion_ptr const first = latest_record(start);
-    completion_ptr const second = latest_record(end);
+    event_record_state const start_state = latest_record(start);
+    event_record_state const end_state = latest_record(end);
+    for (event_record_state const* state : {&start_state, &end_state}) {
+      if (state->captured) { host::capture_rules::refuse_captured_event(*state->captured, "event_elapsed_ms"); }
+    }
+    completion_ptr const& first = start_state.last;
+    completion_ptr const& second = end_state.last;
     if (first == nullptr || second == nullptr) {
       fail(cudaErrorInvalidResourceHandle, "event_elapsed_ms: an event was never recorded");
     }
@@ -393,14 +416,14 @@ class host_backend final : public backend {
   {
     if (bytes == 0) { return; }
     if (dst == nullptr || src == nullptr) { fail(cudaErrorInvalidValue, "memcpy_async: null pointer"); }
-    submit(stream, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+    submit(stream, [dst, src, bytes] { std::memcpy(dst, src, bytes); }, "memcpy_async");
   }
 
   void memset_async(void* dst, int value, std::size_t bytes, cudaStream_t stream) override
   {
     if (bytes == 0) { return; }
     if (dst == nullptr) { fail(cudaErrorInvalidValue, "memset_async: null pointer"); }
-    submit(stream, [dst, value, bytes] { std::memset(dst, value, bytes); });
+    submit(stream, [dst, value, bytes] { std::memset(dst, value, bytes); }, "memset_async");
   }
 
   void mem_prefetch_async(void const* ptr, std::size_t bytes, int device, cudaStream_t stream) override
@@ -410,46 +433,40 @@ class host_backend final : public backend {
     check_device(device);
     // Host memory is where it is: the prefetch is an empty operation, enqueued so that the stream is
     // validated and the call is ordered like cudaMemPrefetchAsync.
-    submit(stream, [] {});
+    submit(stream, [] {}, "mem_prefetch_async");
   }
 
   // ---- graphs ---------------------------------------------------------------------------------------
-  void stream_begin_capture(cudaStream_t stream, capture_mode /*mode*/) override
-  {
-    auto const queue = resolve(stream);
-    if (queue->kind() == stream_queue::role::legacy_default) {
-      fail(cudaErrorStreamCaptureUnsupported, "stream_begin_capture on the legacy default stream");
-    }
-    if (queue->capturing()) { fail(cudaErrorIllegalState, "stream_begin_capture: the stream is already capturing"); }
-    queue->begin_capture();
-  }
+  void stream_begin_capture(cudaStream_t stream, capture_mode mode) override { captures_.begin(resolve(stream), mode); }
 
   [[nodiscard]] cudaGraph_t stream_end_capture(cudaStream_t stream) override
   {
-    auto const queue = resolve(stream);
-    if (!queue->capturing()) { fail(cudaErrorIllegalState, "stream_end_capture: the stream is not capturing"); }
-    auto* graph = new host_graph{queue->end_capture()};
+    auto* graph = new host::host_graph{captures_.end(*resolve(stream))};
     return reinterpret_cast<cudaGraph_t>(graph);
   }
 
-  [[nodiscard]] bool stream_is_capturing(cudaStream_t stream) override { return resolve(stream)->capturing(); }
+  [[nodiscard]] bool stream_is_capturing(cudaStream_t stream) override { return captures_.is_capturing(*resolve(stream)); }
 
   [[nodiscard]] cudaGraphExec_t graph_instantiate(cudaGraph_t graph) override
   {
     if (graph == nullptr) { fail(cudaErrorInvalidValue, "graph_instantiate: null graph"); }
-    auto* exec = new host_graph{reinterpret_cast<host_graph*>(graph)->nodes};
+    auto* exec = new host::host_graph_exec{host::instantiate(*reinterpret_cast<host::host_graph*>(graph))};
     return reinterpret_cast<cudaGraphExec_t>(exec);
   }
 
   void graph_launch(cudaGraphExec_t exec, cudaStream_t stream) override
   {
     if (exec == nullptr) { fail(cudaErrorInvalidValue, "graph_launch: null graph"); }
-    (void)resolve(stream);
-    for (auto const& node : reinterpret_cast<host_graph*>(exec)->nodes) { node(stream); }
+    auto const queue = resolve(stream);
+    captures_.refuse_if_capturing(*queue, "graph_launch", cudaErrorStreamCaptureUnsupported);
+    for (auto const& work : reinterpret_cast<host::host_graph_exec*>(exec)->work) { enqueue(*queue, work); }
   }
 
-  void graph_destroy(cudaGraph_t graph) noexcept override { delete reinterpret_cast<host_graph*>(graph); }
-  void graph_exec_destroy(cudaGraphExec_t exec) noexcept override { delete reinterpret_cast<host_graph*>(exec); }
+  void graph_destroy(cudaGraph_t graph) noexcept override { delete reinterpret_cast<host::host_graph*>(graph); }
+  void graph_exec_destroy(cudaGraphExec_t exec) noexcept override
+  {
+    delete reinterpret_cast<host::host_graph_exec*>(exec);
+  }
 
  private:
   void check_device(int device) const
@@ -594,11 +611,11 @@ class host_backend final : public backend {
     return found;
   }
 
-  completion_ptr latest_record(cudaEvent_t event)
+  event_record_state latest_record(cudaEvent_t event)
   {
     auto const target = resolve(event);
     std::lock_guard lock{target->mutex};
-    return target->last;
+    return {target->last, target->captured};
   }
 
   std::vector<std::shared_ptr<stream_queue>> queues_of_device(int device)
@@ -615,15 +632,29 @@ class host_backend final : public backend {
   }
 
   /// Submits a stream-ordered operation, or records it as a graph node when the stream is capturing.
-  void submit(cudaStream_t stream, stream_queue::operation op)
+  void submit(cudaStream_t stream, stream_queue::operation op, char const* call)
   {
     auto const queue = resolve(stream);
-    stream_queue::node const node = [this, op](void* launch_stream) {
-      enqueue(*resolve(static_cast<cudaStream_t>(launch_stream)), op);
-    };
-    if (queue->capture_if_capturing(node)) { return; }
+    if (captures_.capture_work(*queue, op, call)) { return; }
     enqueue(*queue, std::move(op));
   }
+
+  /// cudaFree during a capture whose mode prohibits it fails, and the memory stays allocated.
+  void free_unless_refused(void* ptr, memory_kind kind, char const* call) noexcept
+  {
+    if (ptr == nullptr) { return; }
+    try {
+      captures_.check_unsafe_call(call);
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "gpumem host backend: %s(%p) refused, the memory stays allocated: %s\n", call, ptr, e.what());
+      return;
+    }
+    release(ptr, kind, call, true);
+  }
+
+  /// Why a stream-ordered pool allocation or free on a capturing stream is refused (a refused free frees nothing).
+  static constexpr char const* not_emulated_in_capture =
+    ": graph memory nodes are not emulated by the host backend (a refused free leaves the memory allocated)";
 
   /// Enqueues `op` on `queue` behind CUDA's implicit dependencies between the legacy default stream and
   /// the device's blocking streams.
@@ -662,6 +693,7 @@ class host_backend final : public backend {
   host::handle_table<cudaEvent_t, host_event> events_{0xe};     // guarded by registry_mutex_
   std::unordered_map<cudaMemPool_t, std::unique_ptr<host::host_mempool>> mempools_;  // guarded by registry_mutex_
   std::vector<cudaMemPool_t> default_mempools_;  // guarded by registry_mutex_: per device, created lazily
+  host::capture_rules captures_;
 
   static thread_local int current_device_;
 };

@@ -56,32 +56,24 @@ bool stream_queue::idle()
   return ops_.empty() && !running_;
 }
 
-bool stream_queue::capturing()
+std::shared_ptr<capture_sequence> stream_queue::capture()
 {
   std::lock_guard lock{mutex_};
-  return capture_ != nullptr;
+  return capture_;
 }
 
-void stream_queue::begin_capture()
+void stream_queue::set_capture(std::shared_ptr<capture_sequence> capture)
 {
+  std::shared_ptr<capture_sequence> previous;  // released outside the lock
   std::lock_guard lock{mutex_};
-  capture_ = std::make_unique<std::vector<node>>();
+  previous = std::exchange(capture_, std::move(capture));
 }
 
-std::vector<stream_queue::node> stream_queue::end_capture()
+void stream_queue::leave_capture(capture_sequence const* which)
 {
+  std::shared_ptr<capture_sequence> previous;  // released outside the lock
   std::lock_guard lock{mutex_};
-  std::vector<node> nodes = std::move(*capture_);
-  capture_.reset();
-  return nodes;
-}
-
-bool stream_queue::capture_if_capturing(node const& n)
-{
-  std::lock_guard lock{mutex_};
-  if (capture_ == nullptr) { return false; }
-  capture_->push_back(n);
-  return true;
+  if (capture_.get() == which) { previous = std::move(capture_); }
 }
 
 void stream_queue::run()

@@ -13,15 +13,14 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 namespace gpumem::detail::host {
+
+class capture_sequence;
 
 class stream_queue {
  public:
   using operation = std::function<void()>;
-  /// A submission captured into a graph: re-submits its work to the stream named at launch.
-  using node = std::function<void(void* stream)>;
 
   enum class role { created, legacy_default, per_thread_default };
 
@@ -37,12 +36,13 @@ class stream_queue {
   void synchronize();
   [[nodiscard]] bool idle();
 
-  // Graph capture: while capturing, stream-ordered calls are recorded as nodes instead of being run.
-  [[nodiscard]] bool capturing();
-  void begin_capture();                  // @pre !capturing()
-  [[nodiscard]] std::vector<node> end_capture();  // @pre capturing()
-  /// @return true and records `n` if capturing; false (and does nothing) otherwise.
-  [[nodiscard]] bool capture_if_capturing(node const& n);
+  // Stream capture (capture_sequence.hpp): the capture this stream last took part in, or null. The stream
+  // is in capture mode only while that capture is not over: a capture may end while another thread still
+  // holds it from here, so callers ask the capture, not this pointer.
+  [[nodiscard]] std::shared_ptr<capture_sequence> capture();
+  void set_capture(std::shared_ptr<capture_sequence> capture);
+  /// Forgets `which` if it is this stream's capture.
+  void leave_capture(capture_sequence const* which);
 
   [[nodiscard]] int device() const noexcept { return device_; }
   [[nodiscard]] unsigned flags() const noexcept { return flags_; }
@@ -66,7 +66,7 @@ class stream_queue {
   bool running_{false};               // guarded by mutex_: the worker is executing an operation
   bool stop_{false};                  // guarded by mutex_
   std::exception_ptr failure_;        // guarded by mutex_: first failure since the last synchronize()
-  std::unique_ptr<std::vector<node>> capture_;  // guarded by mutex_: non-null while capturing
+  std::shared_ptr<capture_sequence> capture_;  // guarded by mutex_
   std::thread worker_;                // last member: starts after everything above is constructed
 };
 
