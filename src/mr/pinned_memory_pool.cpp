@@ -161,6 +161,9 @@ pinned_memory_pool::pinned_memory_pool(pinned_pool_options options)
   : options_{options}, impl_{std::make_unique<impl>()}
 {
   expects(options_.chunk_size > 0, "chunk_size must be positive");
+  expects(options_.maximum_bytes == 0 || options_.maximum_bytes >= block_alignment,
+          "maximum_bytes " + std::to_string(options_.maximum_bytes) + " cannot hold one " +
+            std::to_string(block_alignment) + "-byte block (0 means no limit)");
 }
 
 pinned_memory_pool::~pinned_memory_pool()

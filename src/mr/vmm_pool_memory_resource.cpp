@@ -66,7 +66,6 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
   expects(provider_ != nullptr, "the virtual memory provider is null");
   expects(options.slab_size > 0, "slab_size is 0");
   std::size_t const granularity = provider_->granularity();
-  expects(granularity > 0, "the provider's granularity is 0");
   std::size_t const slab = detail::round_up_option(resource_name, "slab_size", options.slab_size, granularity);
   mapping_divisor_ = options.mapping_divisor;
   max_mapping_slabs_ = std::max<std::size_t>(1, options.max_mapping_size.value_or(slab) / slab);
@@ -80,9 +79,6 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
     expects(*maximum_physical_ >= slab, "maximum_physical_size " + std::to_string(*maximum_physical_) +
                                           " is smaller than one slab (" + std::to_string(slab) + " bytes)");
   }
-  // A threshold at or above the reservation never releases anything: keeping it there spares the
-  // deallocations' test (threshold + one slab) an overflow.
-  if (release_threshold_) { release_threshold_ = std::min(*release_threshold_, reservation); }
   if (mapping_divisor_ > 0 && !options.max_mapping_size) { max_mapping_slabs_ = reservation / slab; }
   // Reserve one slab more, so that the heap's base can be aligned to the slab size.
   reservation_size_ = reservation + slab;  // no overflow: reservation_for leaves room for it

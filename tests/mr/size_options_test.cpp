@@ -100,6 +100,8 @@ std::vector<bad_option> bad_options()
      "768"},
     {"pinned_pool_chunk_of_zero", [] { mr::pinned_memory_pool pool{mr::pinned_pool_options{0, 0}}; }, "chunk_size",
      ""},
+    {"pinned_pool_maximum_below_a_block", [] { mr::pinned_memory_pool pool{mr::pinned_pool_options{MiB, 255}}; },
+     "maximum_bytes", "255"},
     {"spill_budget_of_zero", [] { spill_manager manager{&upstream, 0}; }, "budget", ""},
     {"unified_pool_count_overflows", [] { (void)unified_buffer_pool<double>{}.acquire(size_max / 8); }, "acquire",
      std::to_string(size_max / 8)},
