@@ -112,7 +112,7 @@ logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstr
   write_header();
 }
 
-logging_resource_adaptor::~logging_resource_adaptor() = default;  // a log_file writes what waits, then closes
+logging_resource_adaptor::~logging_resource_adaptor() { flush(); }  // then a log file closes
 
 void logging_resource_adaptor::write_header()
 {

@@ -255,6 +255,10 @@ TEST(logging_resource_adaptor, a_stream_gets_each_row_as_it_is_logged_and_auto_f
   EXPECT_EQ(parse_log(lazy_buffer.str()).size(), 2U);
   lazy.flush();
   EXPECT_EQ(lazy_buffer.syncs(), 1);
+  counting_buffer scoped_buffer;
+  std::ostream scoped_out{&scoped_buffer};
+  { mr::logging_resource_adaptor scoped{&upstream, scoped_out}; }
+  EXPECT_EQ(scoped_buffer.syncs(), 1) << "destruction flushes the stream";
 
   counting_buffer eager_buffer;
   std::ostream eager_out{&eager_buffer};
