@@ -19,18 +19,18 @@
  *   thread of the adaptor writes it into the file (write(2): from then on it is the kernel's, and only a
  *   crash of the machine loses it) within flush_interval, or sooner when buffer_bytes wait. flush(),
  *   destruction, exit(), quick_exit() and the signals that end a process by default (SIGABRT, SIGSEGV,
- *   SIGBUS, SIGFPE, SIGILL, SIGTERM, SIGINT, SIGHUP, SIGQUIT) write what still waits: opening the first
- *   log file installs handlers for those signals, which write the rows and then hand the signal on to the
- *   handler or default action that was there before (an ignored signal stays ignored). A SIGKILL or an
- *   _exit() loses at most the rows of the last flush_interval. With auto_flush, every row is written by
- *   the call that logs it, and no thread is started.
+ *   SIGBUS, SIGFPE, SIGILL, SIGTERM, SIGINT, SIGHUP, SIGQUIT) write what still waits (of up to 64 log
+ *   files open at once): opening the first log file installs handlers for those signals, which write the
+ *   rows and then hand the signal on to the handler or default action that was there before (an ignored
+ *   signal stays ignored). A SIGKILL or an _exit() loses at most the rows of the last flush_interval. With
+ *   auto_flush, every row is written by the call that logs it, and no thread is started.
  * - A caller's std::ostream: every row is written into the stream by the call that logs it; the stream's
  *   own buffer is the caller's (std::cerr writes at once, a std::ofstream when its buffer fills or it is
  *   flushed). With auto_flush, the stream is also flushed after every row.
  *
  * Cost: formatting a row on the stack and appending it under one mutex (docs/PERFORMANCE.md has the figures
- * of gpumem_bench_adaptors); for a file, the writer's wake-up once per flush_interval while rows come in;
- * with auto_flush, one write(2) per row.
+ * of gpumem_bench_adaptors); for a file, one wake-up of the writer and one write(2) per flush_interval or
+ * per buffer_bytes of rows, on the writer's thread; with auto_flush, one write(2) per row on the caller's.
  */
 #pragma once
 
