@@ -7,7 +7,8 @@
 //
 // Fast path of a small request on a default stream: the thread-local cache names the calling thread's
 // arena (one compare), then one uncontended mutex and a best-fit lookup in that arena's free ranges
-// (O(log n)); no backend call, no shared cache line with other threads.
+// (O(log n)); no backend call, no shared cache line with other threads. The slow paths, when neither the
+// arena nor a new superblock has room, are impl::allocate's (arena_memory_resource.hpp, "Out of memory").
 #include "mr/arena/arena_slot.hpp"
 
 #include <gpumem/backend/backend.hpp>
@@ -190,16 +191,44 @@ struct arena_memory_resource::impl {
     return slot.arena.allocate(bytes);  // cannot fail: bytes <= large_threshold < superblock_size
   }
 
-  std::optional<std::uintptr_t> try_allocate_large(std::size_t bytes)
+  /// A block of the global arena's own (any size): its free space is safe for every stream.
+  std::optional<std::uintptr_t> try_allocate_global(std::size_t bytes)
   {
     std::lock_guard lock{global_mutex};
-    return global.allocate_large(bytes);
+    return global.allocate_block(bytes);
   }
 
   std::optional<std::uintptr_t> try_allocate(std::size_t bytes, cuda_stream_view stream)
   {
-    if (bytes > policy.large_threshold) { return try_allocate_large(bytes); }
+    if (bytes > policy.large_threshold) { return try_allocate_global(bytes); }
     return try_allocate_small(arena_for(stream), bytes);
+  }
+
+  /// A block from the free space of any local arena that holds it: the caller's own at once, another one
+  /// after the work of its streams up to its latest free has completed (the wait that precedes a
+  /// superblock's return to the global arena). The block stays in that arena's superblock, so its free
+  /// comes back there (deallocate_elsewhere). @throws cuda_error if a wait fails.
+  std::optional<std::uintptr_t> try_borrow(std::size_t bytes, cuda_stream_view stream)
+  {
+    arena_slot* const own = find_arena(stream);
+    for (arena_slot* slot : all_arenas()) {
+      std::lock_guard lock{slot->mutex};
+      if (slot->arena.largest_free() < bytes) { continue; }
+      if (slot != own) { slot->wait_for_streams(std::nullopt); }
+      if (auto const address = slot->arena.allocate(bytes)) { return address; }
+    }
+    return std::nullopt;
+  }
+
+  /// do_allocate's algorithm (arena_memory_resource.hpp, "Out of memory"). @pre size is a multiple of 256.
+  void* allocate(std::size_t size, std::size_t requested, cuda_stream_view stream)
+  {
+    if (auto const address = try_allocate(size, stream)) { return to_pointer(*address); }
+    defragment();
+    if (auto const address = try_allocate(size, stream)) { return to_pointer(*address); }
+    if (auto const address = try_allocate_global(size)) { return to_pointer(*address); }
+    if (auto const address = try_borrow(size, stream)) { return to_pointer(*address); }
+    report_out_of_memory(requested);
   }
 
   [[noreturn]] void report_out_of_memory(std::size_t bytes)
@@ -264,13 +293,16 @@ struct arena_memory_resource::impl {
     }
   }
 
+  /// Where a block goes back is decided by its address: the arena whose superblock holds it, or the
+  /// global arena for its own blocks (large ones, and those lent when no superblock was left).
   void deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept
   {
-    address_range const block{to_address(ptr), detail::align_up(bytes, detail::allocation_alignment)};
-    if (block.size > policy.large_threshold) {
-      deallocate_large(ptr, bytes, block, stream);
+    std::optional<std::size_t> const size = detail::checked_align_up(bytes, detail::allocation_alignment);
+    if (!size) {
+      report_invalid(ptr, bytes, "the size overflows when rounded up to 256 bytes (wrong size?)");
       return;
     }
+    address_range const block{to_address(ptr), *size};
     if (arena_slot* own = find_arena(stream)) {
       std::lock_guard lock{own->mutex};
       if (own->arena.owns(block.begin)) {
@@ -297,7 +329,7 @@ struct arena_memory_resource::impl {
         return;
       }
     }
-    deallocate_foreign(ptr, bytes, block, stream);
+    deallocate_elsewhere(ptr, bytes, block, stream);
   }
 
   /// @pre global_mutex is held. @return the arena of the superblock that overlaps `block`, or nullptr.
@@ -309,21 +341,25 @@ struct arena_memory_resource::impl {
     return candidate->first + policy.superblock_size > block.begin ? candidate->second : nullptr;
   }
 
-  /// A block owned by another arena than `stream`'s: it may be reused there at once, so `stream`'s work is
-  /// waited for first (arena_memory_resource.hpp, Stream-ordering).
-  void deallocate_foreign(void* ptr, std::size_t bytes, address_range block, cuda_stream_view stream) noexcept
+  /// A block that `stream`'s arena does not hold: another arena's, or the global arena's. Either may reuse
+  /// it at once for another stream, so `stream`'s work is waited for first (arena_memory_resource.hpp,
+  /// Stream-ordering).
+  void deallocate_elsewhere(void* ptr, std::size_t bytes, address_range block, cuda_stream_view stream) noexcept
   {
     arena_slot* owner = nullptr;
     {
       std::lock_guard lock{global_mutex};
       owner = superblock_owner_locked(block);
     }
-    if (owner == nullptr) {
-      report_invalid(ptr, bytes, "the address is not in a superblock of this resource");
-      return;
-    }
     if (!wait_for_stream(stream)) {
       report_invalid(ptr, bytes, "waiting for the freeing stream failed, so the block is leaked");
+      return;
+    }
+    if (owner == nullptr) {
+      std::lock_guard lock{global_mutex};
+      if (!global.deallocate_block(block)) {
+        report_invalid(ptr, bytes, "not a live block of this resource (freed twice, wrong size, never handed out?)");
+      }
       return;
     }
     std::lock_guard lock{owner->mutex};
@@ -332,22 +368,6 @@ struct arena_memory_resource::impl {
       report_invalid(ptr, bytes, "the block overlaps free memory (freed twice?)");
     } else if (result.status == detail::local_arena::free_status::not_owned) {
       report_invalid(ptr, bytes, "the block does not fit in its superblock (wrong size?)");
-    }
-  }
-
-  void deallocate_large(void* ptr, std::size_t bytes, address_range block, cuda_stream_view stream) noexcept
-  {
-    if (!wait_for_stream(stream)) {
-      report_invalid(ptr, bytes, "waiting for the freeing stream failed, so the block is leaked");
-      return;
-    }
-    std::lock_guard lock{global_mutex};
-    if (superblock_owner_locked(block) != nullptr) {
-      report_invalid(ptr, bytes, "the block lies in a superblock, so it is not a large block (wrong size?)");
-      return;
-    }
-    if (!global.deallocate_large(block)) {
-      report_invalid(ptr, bytes, "not a live large block of this resource (freed twice, or a wrong size?)");
     }
   }
 
@@ -369,8 +389,8 @@ struct arena_memory_resource::impl {
     text << resource_name << " state: arena " << format_bytes(arena_size) << ", global free "
          << format_bytes(global.free_bytes()) << " in " << global.free_range_count() << " ranges, largest free range "
          << format_bytes(global.largest_free()) << ", " << slots.size() << " arenas holding " << format_bytes(owned)
-         << " in superblocks (" << format_bytes(cached_free) << " of it free), large blocks "
-         << format_bytes(global.large_bytes_out()) << ", superblock " << format_bytes(policy.superblock_size)
+         << " in superblocks (" << format_bytes(cached_free) << " of it free), blocks of the global arena "
+         << format_bytes(global.block_bytes_out()) << ", superblock " << format_bytes(policy.superblock_size)
          << ", large threshold " << format_bytes(policy.large_threshold);
     return text.str();
   }
@@ -512,11 +532,7 @@ void arena_memory_resource::check_invariants() const { impl_->check_invariants()
 void* arena_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view stream)
 {
   std::size_t const size = detail::align_up(bytes, detail::allocation_alignment);  // no overflow: checked by allocate
-  if (auto const address = impl_->try_allocate(size, stream)) { return to_pointer(*address); }
-  // Out of memory: every arena gives back its empty superblocks (after its streams' work), then one retry.
-  impl_->defragment();
-  if (auto const address = impl_->try_allocate(size, stream)) { return to_pointer(*address); }
-  impl_->report_out_of_memory(bytes);
+  return impl_->allocate(size, bytes, stream);
 }
 
 void arena_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept

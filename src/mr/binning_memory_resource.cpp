@@ -34,8 +34,12 @@ void binning_memory_resource::add_bin(std::size_t allocation_size, device_memory
     throw logic_error(where + ": a bin of " + std::to_string(*size) + " bytes exists already");
   }
   if (bin_resource == nullptr) {
-    owned_bins_.push_back(std::make_unique<fixed_size_memory_resource>(
-      upstream_, *size, fixed_size_memory_resource::default_blocks_per_batch, 0));
+    try {
+      owned_bins_.push_back(std::make_unique<fixed_size_memory_resource>(
+        upstream_, *size, fixed_size_memory_resource::default_blocks_per_batch, 0));
+    } catch (logic_error const& e) {  // its batch overflows: say which bin asked for it
+      throw logic_error(where + ": " + e.what());
+    }
     bin_resource = owned_bins_.back().get();
   }
   bins_.emplace(*size, bin_resource);

@@ -5,6 +5,8 @@
 #include <gpumem/mr/cuda_async_memory_resource.hpp>
 #include <gpumem/mr/cuda_async_view_memory_resource.hpp>
 
+#include "mr/option_checks.hpp"
+
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -70,6 +72,14 @@ mempool_handle_type to_backend(std::optional<cuda_async_memory_resource::allocat
 cudaMemPool_t create_pool(std::optional<std::size_t> initial, std::optional<cuda_async_memory_resource::allocation_handle_type> type,
                           std::optional<std::size_t> maximum)
 {
+  constexpr char const* resource_name = "gpumem::mr::cuda_async_memory_resource";
+  if (initial) {
+    (void)detail::round_up_option(resource_name, "initial_pool_size", *initial, detail::allocation_alignment);
+  }
+  if (maximum && *maximum == 0) {  // CUDA reads a maxSize of 0 as "no cap"
+    detail::throw_option_error(resource_name, "maximum_pool_size", 0,
+                               "would allow no allocation (leave it unset for no cap)");
+  }
   if (initial && maximum) {
     expects(*initial <= *maximum, "the initial pool size (" + format_bytes(*initial) +
                                     ") exceeds the maximum pool size (" + format_bytes(*maximum) + ")");

@@ -1,10 +1,12 @@
-// logging_resource_adaptor (logging_resource_adaptor.hpp): CSV rows in RMM's format, buffered under a mutex.
+// logging_resource_adaptor (logging_resource_adaptor.hpp): CSV rows in RMM's format, handed to a destination
+// (mr/logging/: a file written within an interval and at a crash, or the caller's stream) under its lock.
+#include "mr/logging/log_destination.hpp"
+#include "mr/logging/log_file.hpp"
 
 #include <gpumem/error.hpp>
 #include <gpumem/mr/logging_resource_adaptor.hpp>
 
 #include <array>
-#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -12,7 +14,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <functional>
 #include <ostream>
 #include <thread>
@@ -45,16 +46,15 @@ std::uint64_t current_thread_number() noexcept
   return number;
 }
 
-std::unique_ptr<std::ostream> open_log_file(std::string const& filename)
+std::unique_ptr<detail::log_destination> open_log_file(std::string const& filename, bool auto_flush)
 {
   expects(!filename.empty(), "the log file name is empty");
-  auto file = std::make_unique<std::ofstream>(filename, std::ios::out | std::ios::trunc);
-  if (!file->is_open()) {
-    int const error = errno;
-    throw logic_error("logging_resource_adaptor: cannot open the log file '" + filename +
-                      "' for writing: " + std::strerror(error));
+  try {
+    return std::make_unique<detail::log_file>(filename, auto_flush, logging_resource_adaptor::flush_interval,
+                                              logging_resource_adaptor::buffer_bytes);
+  } catch (logic_error const& e) {
+    throw logic_error(std::string{"logging_resource_adaptor: "} + e.what());
   }
-  return file;
 }
 
 std::string log_file_from_environment()
@@ -97,46 +97,31 @@ logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstr
 
 logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstream, std::string const& filename,
                                                    bool auto_flush)
-  : upstream_{upstream}, owned_stream_{(expects(upstream != nullptr, "upstream must not be null"),
-                                        open_log_file(filename))},
-    out_{owned_stream_.get()}, auto_flush_{auto_flush}
+  : upstream_{upstream},
+    destination_{(expects(upstream != nullptr, "upstream must not be null"), open_log_file(filename, auto_flush))}
 {
-  buffer_.reserve(buffer_bytes + 256);
-  buffer_.append(header()).push_back('\n');
-  if (auto_flush_) { flush(); }
+  write_header();
 }
 
 logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstream, std::ostream& stream,
                                                    bool auto_flush)
-  : upstream_{upstream}, out_{&stream}, auto_flush_{auto_flush}
+  : upstream_{upstream},
+    destination_{(expects(upstream != nullptr, "upstream must not be null"),
+                  std::make_unique<detail::log_stream>(stream, auto_flush))}
 {
-  expects(upstream != nullptr, "upstream must not be null");
-  buffer_.reserve(buffer_bytes + 256);
-  buffer_.append(header()).push_back('\n');
-  if (auto_flush_) { flush(); }
+  write_header();
 }
 
-logging_resource_adaptor::~logging_resource_adaptor() { flush(); }
+logging_resource_adaptor::~logging_resource_adaptor() { flush(); }  // then a log file closes
 
-void logging_resource_adaptor::flush() noexcept
+void logging_resource_adaptor::write_header()
 {
-  std::lock_guard const lock{mutex_};
-  write_buffer_locked();
-  try {
-    out_->flush();
-  } catch (...) {  // a stream with exceptions enabled: the log is best effort
-  }
+  std::string const line = std::string{header()} + '\n';
+  auto const lock = destination_->lock();
+  destination_->append_locked(line);
 }
 
-void logging_resource_adaptor::write_buffer_locked() noexcept
-{
-  if (buffer_.empty()) { return; }
-  try {
-    out_->write(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
-  } catch (...) {  // see flush()
-  }
-  buffer_.clear();
-}
+void logging_resource_adaptor::flush() noexcept { destination_->flush(); }
 
 void* logging_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view stream)
 {
@@ -185,7 +170,7 @@ void logging_resource_adaptor::log(std::string_view action, void const* ptr, std
   cursor = put_hex(cursor, end, reinterpret_cast<std::uintptr_t>(stream.value()));
   *cursor++ = '\n';
 
-  std::lock_guard const lock{mutex_};
+  auto const lock = destination_->lock();
   auto const now = std::chrono::system_clock::now();
   auto const since_epoch = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
   std::time_t const second = static_cast<std::time_t>(since_epoch / 1'000'000);
@@ -204,16 +189,7 @@ void logging_resource_adaptor::log(std::string_view action, void const* ptr, std
     time_at[digit] = static_cast<char>('0' + rest % 10);
     rest /= 10;
   }
-  buffer_.append(row.data(), static_cast<std::size_t>(cursor - row.data()));
-  if (auto_flush_) {
-    write_buffer_locked();
-    try {
-      out_->flush();
-    } catch (...) {  // see flush()
-    }
-  } else if (buffer_.size() >= buffer_bytes) {
-    write_buffer_locked();
-  }
+  destination_->append_locked({row.data(), static_cast<std::size_t>(cursor - row.data())});
 }
 
 }  // namespace gpumem::mr

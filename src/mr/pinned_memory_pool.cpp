@@ -27,14 +27,16 @@ namespace {
 constexpr std::size_t block_alignment = detail::allocation_alignment;  // 256
 constexpr std::size_t chunk_granularity = std::size_t{2} << 20U;       // 2 MiB
 
+/// The block for a request of `bytes`. @throws out_of_memory when the chunk it needs (the block rounded up to
+/// chunk_granularity) would overflow size_t, so that growing never has to check.
 [[nodiscard]] std::size_t block_size_for(std::size_t bytes)
 {
-  auto const rounded = detail::checked_align_up(bytes == 0 ? 1 : bytes, block_alignment);
-  if (!rounded) {
+  if (!detail::checked_align_up(bytes, chunk_granularity)) {
     throw out_of_memory("pinned_memory_pool: cannot allocate " + std::to_string(bytes) +
-                        " bytes: the size overflows when rounded up to 256 bytes");
+                        " bytes: the size overflows when rounded up to a chunk of " +
+                        std::to_string(chunk_granularity) + " bytes");
   }
-  return *rounded;
+  return detail::align_up(bytes == 0 ? 1 : bytes, block_alignment);
 }
 
 /// An event of `device` (made current for the call; none known: the current one). @throws cuda_error.
@@ -159,6 +161,9 @@ pinned_memory_pool::pinned_memory_pool(pinned_pool_options options)
   : options_{options}, impl_{std::make_unique<impl>()}
 {
   expects(options_.chunk_size > 0, "chunk_size must be positive");
+  expects(options_.maximum_bytes == 0 || options_.maximum_bytes >= block_alignment,
+          "maximum_bytes " + std::to_string(options_.maximum_bytes) + " cannot hold one " +
+            std::to_string(block_alignment) + "-byte block (0 means no limit)");
 }
 
 pinned_memory_pool::~pinned_memory_pool()

@@ -4,6 +4,8 @@
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/pool_memory_resource.hpp>
 
+#include "mr/option_checks.hpp"
+
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -12,19 +14,21 @@ namespace gpumem::mr {
 namespace {
 
 constexpr std::size_t alignment = detail::allocation_alignment;
+constexpr char const* resource_name = "gpumem::mr::pool_memory_resource";
 
 std::size_t checked_initial_size(std::size_t initial, std::optional<std::size_t> maximum)
 {
-  auto const aligned = detail::checked_align_up(initial, alignment);
-  if (!aligned) {
-    throw logic_error("gpumem::mr::pool_memory_resource: initial pool size " + std::to_string(initial) +
-                      " overflows when rounded up to " + std::to_string(alignment) + " bytes");
+  std::size_t const aligned = detail::round_up_option(resource_name, "initial_pool_size", initial, alignment);
+  if (maximum && *maximum < alignment) {
+    detail::throw_option_error(resource_name, "maximum_pool_size", *maximum,
+                               "cannot hold one " + std::to_string(alignment) +
+                                 "-byte block (leave it unset for no maximum)");
   }
-  if (maximum && *aligned > *maximum) {
-    throw logic_error("gpumem::mr::pool_memory_resource: initial pool size " + format_bytes(initial) +
+  if (maximum && aligned > *maximum) {
+    throw logic_error(std::string{resource_name} + ": initial pool size " + format_bytes(initial) +
                       " exceeds the maximum pool size " + format_bytes(*maximum));
   }
-  return *aligned;
+  return aligned;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <limits>
 #include <string>
 
 namespace gpumem::mr {
@@ -28,6 +29,11 @@ std::uintptr_t simulated_vmm_provider::reserve(std::size_t bytes)
           "reserve: " + std::to_string(bytes) + " bytes is not a positive multiple of the granularity");
   std::lock_guard lock{mutex_};
   std::uintptr_t const base = next_reservation_;
+  std::uintptr_t const room = std::numeric_limits<std::uintptr_t>::max() - base;
+  if (bytes > room || granularity_ > room - bytes) {
+    throw out_of_memory("simulated VMM provider: cannot reserve " + format_bytes(bytes) +
+                        ": the address space has no room for it");
+  }
   next_reservation_ += bytes + granularity_;  // a guard gap between reservations
   reservations_.emplace_back(base, bytes);
   return base;

@@ -7,6 +7,8 @@
 #include <gpumem/mr/stream_ordered_memory_resource.hpp>  // this_thread_token
 #include <gpumem/mr/vmm_pool_memory_resource.hpp>
 
+#include "mr/option_checks.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -23,6 +25,29 @@ constexpr std::uint64_t retired = ~std::uint64_t{0};  // stream_slot::thread of 
 [[nodiscard]] std::size_t round_up(std::size_t value, std::size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
 [[nodiscard]] bool is_per_thread_default(cudaStream_t stream) noexcept { return stream == cudaStreamPerThread; }
+
+constexpr char const* resource_name = "gpumem::mr::vmm_pool_memory_resource";
+
+/// The bytes of address space the heap spans: `requested` (or four times the device's total memory)
+/// rounded up to whole slabs, with room left in size_t for the one slab more that aligns the heap's base.
+/// @throws gpumem::logic_error naming reservation_size and its value when that overflows.
+[[nodiscard]] std::size_t reservation_for(std::optional<std::size_t> requested, std::size_t device_total,
+                                          std::size_t slab)
+{
+  std::optional<std::size_t> const wanted =
+    requested ? requested : detail::checked_multiply(4, std::max(device_total, slab));
+  std::optional<std::size_t> const rounded = wanted ? detail::checked_round_up(*wanted, slab) : std::nullopt;
+  if (!rounded || !detail::checked_add(*rounded, slab)) {
+    if (requested) {
+      detail::throw_option_error(resource_name, "reservation_size", *requested,
+                                 "overflows size_t when rounded up to slabs of " + std::to_string(slab) +
+                                   " bytes, plus the slab that aligns the pool's base");
+    }
+    detail::throw_option_error(resource_name, "the default reservation_size of four times the device's memory",
+                               device_total, "overflows size_t: pass a reservation_size");
+  }
+  return *rounded;
+}
 
 }  // namespace
 
@@ -41,7 +66,7 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
   expects(provider_ != nullptr, "the virtual memory provider is null");
   expects(options.slab_size > 0, "slab_size is 0");
   std::size_t const granularity = provider_->granularity();
-  std::size_t const slab = round_up(options.slab_size, granularity);
+  std::size_t const slab = detail::round_up_option(resource_name, "slab_size", options.slab_size, granularity);
   mapping_divisor_ = options.mapping_divisor;
   max_mapping_slabs_ = std::max<std::size_t>(1, options.max_mapping_size.value_or(slab) / slab);
   if (options.reservation_size) {
@@ -49,15 +74,14 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
                                                  " is smaller than one slab (" + std::to_string(slab) + " bytes)");
   }
   device_total_ = provider_->mem_info().total;
-  std::size_t const reservation =
-    round_up(options.reservation_size.value_or(4 * std::max(device_total_, slab)), slab);
+  std::size_t const reservation = reservation_for(options.reservation_size, device_total_, slab);
   if (maximum_physical_) {
     expects(*maximum_physical_ >= slab, "maximum_physical_size " + std::to_string(*maximum_physical_) +
                                           " is smaller than one slab (" + std::to_string(slab) + " bytes)");
   }
   if (mapping_divisor_ > 0 && !options.max_mapping_size) { max_mapping_slabs_ = reservation / slab; }
   // Reserve one slab more, so that the heap's base can be aligned to the slab size.
-  reservation_size_ = reservation + slab;
+  reservation_size_ = reservation + slab;  // no overflow: reservation_for leaves room for it
   reservation_ = provider_->reserve(reservation_size_);
   try {
     std::uintptr_t const base = round_up(reservation_, slab);

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -31,6 +32,11 @@ template <class T>
 concept scalar_of = requires { typename device_scalar<T>; };
 static_assert(scalar_of<int> && scalar_of<pair_of>);
 static_assert(!scalar_of<std::string>);
+
+struct alignas(512) aligned_512 {
+  std::byte bytes[512];
+};
+static_assert(!scalar_of<aligned_512>, "256-byte-aligned storage cannot hold a 512-byte-aligned value");
 
 template <class S>
 concept set_async_from_rvalue = requires(S s, cuda_stream_view v) { s.set_value_async(typename S::value_type{}, v); };

@@ -51,6 +51,15 @@ static_assert(!uvector_of<std::string>, "non-trivially-copyable elements are rej
 static_assert(!uvector_of<std::vector<int>>);
 static_assert(!uvector_of<int const>, "cv-qualified elements are rejected");
 
+struct alignas(256) aligned_256 {
+  std::byte bytes[256];
+};
+struct alignas(512) aligned_512 {
+  std::byte bytes[512];
+};
+static_assert(uvector_of<aligned_256>, "256 bytes is the alignment every device resource guarantees");
+static_assert(!uvector_of<aligned_512>, "on 256-byte-aligned storage every other element would be misaligned");
+
 template <class V>
 concept set_async_from_rvalue = requires(V v, cuda_stream_view s) { v.set_element_async(0, typename V::value_type{}, s); };
 template <class V>

@@ -394,6 +394,23 @@ TYPED_TEST_P(resource_battery, size_overflow_is_bad_alloc_not_out_of_memory)
   }
 }
 
+// The largest request that passes the interface's check: a resource that rounds it further (to slabs,
+// superblocks, chunks, bins) must refuse it cleanly, not wrap around.
+TYPED_TEST_P(resource_battery, the_largest_request_that_rounds_to_256_is_refused_cleanly)
+{
+  auto& r = this->resource();
+  std::size_t const bytes = std::numeric_limits<std::size_t>::max() - 255;
+  try {
+    void* p = r.allocate(bytes);
+    r.deallocate(p, bytes);
+    ADD_FAILURE() << bytes << " bytes were served";
+  } catch (bad_alloc const& e) {  // out_of_memory included: the memory is not there
+    EXPECT_NE(std::string{e.what()}.find(std::to_string(bytes)), std::string::npos) << e.what();
+  }
+  void* p = r.allocate(1000);
+  r.deallocate(p, 1000);
+}
+
 REGISTER_TYPED_TEST_SUITE_P(resource_battery, zero_bytes_give_nullptr_and_null_deallocation_is_a_no_op,
                             every_allocation_is_256_byte_aligned, allocations_are_distinct_and_keep_their_own_contents,
                             random_allocate_and_deallocate_sequence, many_threads_allocate_write_read_and_free,
@@ -401,6 +418,7 @@ REGISTER_TYPED_TEST_SUITE_P(resource_battery, zero_bytes_give_nullptr_and_null_d
                             streams_destroyed_after_their_frees_are_never_used_again,
                             out_of_memory_names_the_request_and_leaves_the_resource_usable,
                             equality_and_resource_ref_interop, bad_alignment_is_a_logic_error,
-                            size_overflow_is_bad_alloc_not_out_of_memory);
+                            size_overflow_is_bad_alloc_not_out_of_memory,
+                            the_largest_request_that_rounds_to_256_is_refused_cleanly);
 
 }  // namespace gpumem::test

@@ -1,6 +1,7 @@
 // The pure algorithms under arena_memory_resource (mr/detail/arena/): free_range_set (coalescing, best fit,
 // the may_join rule), local_arena (superblock boundaries, emptiness) and global_arena (accounting), checked
 // against a brute-force model of byte ownership over random sequences.
+#include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/detail/arena/address_range.hpp>
 #include <gpumem/mr/detail/arena/arena_policy.hpp>
 #include <gpumem/mr/detail/arena/free_range_set.hpp>
@@ -154,7 +155,7 @@ TEST(arena_local_arena, free_space_never_merges_across_superblocks_so_each_comes
   arena.check_invariants();
 }
 
-TEST(arena_global_arena, superblocks_and_large_blocks_account_for_every_byte_and_coalesce_back)
+TEST(arena_global_arena, superblocks_and_blocks_account_for_every_byte_and_coalesce_back)
 {
   constexpr std::size_t sb = 16 * unit;
   global_arena arena{{base, 10 * sb}, sb};
@@ -164,7 +165,7 @@ TEST(arena_global_arena, superblocks_and_large_blocks_account_for_every_byte_and
     ASSERT_TRUE(s);
     superblocks.push_back(*s);
   }
-  auto const large = arena.allocate_large(5 * sb + unit);
+  auto const large = arena.allocate_block(5 * sb + unit);
   ASSERT_TRUE(large);
   EXPECT_FALSE(arena.acquire_superblock()) << "only 1 superblock minus 256 bytes is left";
   arena.check_invariants();
@@ -172,7 +173,7 @@ TEST(arena_global_arena, superblocks_and_large_blocks_account_for_every_byte_and
   EXPECT_FALSE(arena.release_superblock({superblocks[0].begin, unit})) << "not a superblock's size";
   for (auto const& s : superblocks) { ASSERT_TRUE(arena.release_superblock(s)); }
   EXPECT_FALSE(arena.release_superblock(superblocks[0])) << "released twice";
-  ASSERT_TRUE(arena.deallocate_large({*large, 5 * sb + unit}));
+  ASSERT_TRUE(arena.deallocate_block({*large, 5 * sb + unit}));
   EXPECT_EQ(arena.free_bytes(), 10 * sb);
   EXPECT_EQ(arena.free_range_count(), 1U);
   arena.check_invariants();
@@ -185,9 +186,18 @@ TEST(arena_policy, superblock_threshold_and_keep_free_follow_the_arena_size)
   EXPECT_EQ(big.large_threshold, std::size_t{1} << 20);
   EXPECT_EQ(big.keep_free, big.superblock_size);
   auto const small = detail::arena_policy::for_arena((std::size_t{3} << 20) + 512);
-  EXPECT_EQ(small.superblock_size, (std::size_t{3} << 20) + 512);
+  EXPECT_EQ(small.superblock_size, std::size_t{128} << 10) << "1/16 of the arena, down to a power of two";
   EXPECT_EQ(small.large_threshold % 256, 0U);
   EXPECT_LT(small.large_threshold, small.superblock_size);
+  for (std::size_t size = detail::arena_policy::minimum_arena_size; size <= (std::size_t{1} << 36);
+       size = detail::align_down(size + size / 3, 256)) {
+    auto const policy = detail::arena_policy::for_arena(size);
+    EXPECT_GE(size / policy.superblock_size, detail::arena_policy::minimum_superblock_count)
+      << size << " bytes: too few superblocks for as many threads or streams";
+    EXPECT_LE(policy.superblock_size, detail::arena_policy::default_superblock_size);
+    EXPECT_EQ(policy.superblock_size % 256, 0U);
+    EXPECT_EQ(policy.large_threshold % 256, 0U);
+  }
 }
 
 }  // namespace

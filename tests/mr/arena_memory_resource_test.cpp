@@ -1,7 +1,8 @@
 // arena_memory_resource: the conformance battery (over cuda_memory_resource with a 1 GiB arena), plus its own
 // behaviour: construction from the upstream, per-thread and per-stream arenas, superblocks going back, large
-// blocks, out of memory with defragmentation, random sequences at "80 GiB" scale on the simulated upstream,
-// 16 threads freeing each other's blocks, and the stream-ordering rules (held back with test::gate).
+// blocks, out of memory with defragmentation, more threads and streams than superblocks (the global arena's
+// remainder, other arenas' free space), random sequences at "80 GiB" scale on the simulated upstream, 16
+// threads freeing each other's blocks, and the stream-ordering rules (held back with test::gate).
 #include "conformance/resource_battery.hpp"
 #include "support/gate.hpp"
 #include "support/memory_checks.hpp"
@@ -16,7 +17,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <exception>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -238,10 +242,11 @@ TEST(arena_memory_resource, invalid_deallocations_are_reported_and_change_nothin
   r.deallocate(p, 1000);                                              // freed twice
   r.deallocate(reinterpret_cast<void*>(std::uintptr_t{1} << 50), 1000);  // never handed out
   r.deallocate(keep, 2 * MiB);                                        // a small block with a large size
+  r.deallocate(keep, std::numeric_limits<std::size_t>::max());        // a size that overflows when rounded
   r.deallocate(large, 2 * MiB);
   r.deallocate(large, 2 * MiB);                                       // freed twice
   std::string const printed = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(r.invalid_deallocations(), 4U) << printed;
+  EXPECT_EQ(r.invalid_deallocations(), 5U) << printed;
   EXPECT_NE(printed.find("arena_memory_resource"), std::string::npos) << printed;
   r.check_invariants();
   r.deallocate(keep, 1000);
@@ -286,19 +291,146 @@ TEST(arena_memory_resource, out_of_memory_defragments_first_then_names_the_arena
   expect_all_memory_back(r);
 }
 
-TEST(arena_memory_resource, small_requests_fail_cleanly_when_no_superblock_is_left)
+TEST(arena_memory_resource, a_small_request_takes_what_the_global_arena_has_left_then_fails_cleanly)
 {
   mr::simulated_memory_resource upstream{GiB};
   mr::arena_memory_resource r{&upstream, 16 * MiB, /*dump_log_on_failure=*/true};
-  void* large = r.allocate(16 * MiB - 256);  // leaves less than a superblock
+  void* large = r.allocate(16 * MiB - 256);  // leaves 256 bytes: no superblock
+  void* last = r.allocate(100);              // those 256 bytes, lent by the global arena itself
+  EXPECT_EQ(r.global_free_bytes(), 0U);
   ::testing::internal::CaptureStderr();
   EXPECT_THROW((void)r.allocate(100), out_of_memory);
   std::string const dump = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(dump.find("arena state"), std::string::npos) << dump;
   EXPECT_NE(dump.find("arena 0 (per-thread)"), std::string::npos) << dump;
+  r.deallocate(last, 100);
   r.deallocate(large, 16 * MiB - 256);
   void* p = r.allocate(100);
   r.deallocate(p, 100);
+  expect_all_memory_back(r);
+}
+
+// ---- more threads and streams than superblocks ------------------------------------------------------------
+
+TEST(arena_memory_resource, a_small_arena_serves_another_stream_while_a_thread_holds_a_block)
+{
+  mr::simulated_memory_resource upstream{GiB};
+  mr::arena_memory_resource r{&upstream, 2 * MiB};
+  EXPECT_GE(r.arena_size() / r.superblock_size(), 16U);
+  void* held = r.allocate(256, cuda_stream_per_thread);
+  backend_stream other;
+  void* p = r.allocate(32 * KiB, other.get());
+  r.deallocate(p, 32 * KiB, other.get());
+  r.deallocate(held, 256, cuda_stream_per_thread);
+  expect_all_memory_back(r);
+}
+
+/// Runs `count` threads that each allocate `bytes` on `stream` and hold the block until every thread has
+/// one, then free it. @return the errors of the threads that got none.
+std::vector<std::string> threads_each_holding_a_block(mr::arena_memory_resource& r, int count, std::size_t bytes,
+                                                      cuda_stream_view stream)
+{
+  std::mutex mutex;
+  std::condition_variable all_tried;
+  int tried = 0;
+  std::vector<std::string> errors;
+  live_blocks overlap;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < count; ++t) {
+    threads.emplace_back([&] {
+      void* p = nullptr;
+      try {
+        p = r.allocate(bytes, stream);
+        overlap.insert(p, bytes);
+      } catch (std::exception const& e) {
+        std::lock_guard lock{mutex};
+        errors.emplace_back(e.what());
+      }
+      {
+        std::unique_lock lock{mutex};
+        ++tried;
+        all_tried.notify_all();
+        all_tried.wait(lock, [&] { return tried == count; });
+      }
+      if (p != nullptr) {
+        overlap.erase(p);
+        r.deallocate(p, bytes, stream);
+      }
+    });
+  }
+  for (auto& thread : threads) { thread.join(); }
+  return errors;
+}
+
+TEST(arena_memory_resource, five_threads_on_the_legacy_default_stream_each_hold_a_block_of_a_16_mib_arena)
+{
+  mr::simulated_memory_resource upstream{GiB};
+  mr::arena_memory_resource r{&upstream, 16 * MiB};
+  std::vector<std::string> const errors = threads_each_holding_a_block(r, 5, 256, cuda_stream_default);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  expect_all_memory_back(r);
+}
+
+TEST(arena_memory_resource, more_threads_than_superblocks_share_the_free_space_of_the_others)
+{
+  mr::simulated_memory_resource upstream{GiB};
+  mr::arena_memory_resource r{&upstream, MiB};
+  int const threads = static_cast<int>(r.arena_size() / r.superblock_size()) + 8;
+  for (cuda_stream_view const stream : {cuda_stream_default, cuda_stream_per_thread}) {
+    std::vector<std::string> const errors = threads_each_holding_a_block(r, threads, 256, stream);
+    EXPECT_TRUE(errors.empty()) << errors.size() << " threads failed, the first: " << errors.front();
+    r.check_invariants();
+  }
+  expect_all_memory_back(r);
+}
+
+TEST(arena_memory_resource, more_streams_than_superblocks_share_the_free_space_of_the_others)
+{
+  mr::simulated_memory_resource upstream{GiB};
+  mr::arena_memory_resource r{&upstream, MiB};
+  std::size_t const count = r.arena_size() / r.superblock_size() + 8;
+  std::vector<std::unique_ptr<backend_stream>> streams;
+  std::vector<void*> blocks;
+  live_blocks overlap;
+  for (std::size_t i = 0; i < count; ++i) {
+    streams.push_back(std::make_unique<backend_stream>());
+    void* p = r.allocate(256, streams.back()->get());
+    overlap.insert(p, 256);
+    blocks.push_back(p);
+  }
+  EXPECT_EQ(r.arena_count(), count);
+  r.check_invariants();
+  for (std::size_t i = 0; i < count; ++i) { r.deallocate(blocks[i], 256, streams[i]->get()); }
+  expect_all_memory_back(r);
+}
+
+TEST(arena_memory_resource, a_large_request_is_served_from_a_local_arena_when_the_global_arena_is_empty)
+{
+  mr::simulated_memory_resource upstream{GiB};
+  mr::arena_memory_resource r{&upstream, MiB};
+  std::size_t const sb = r.superblock_size();
+  std::size_t const block = r.large_allocation_threshold();
+  backend_stream a;
+  backend_stream b;
+  // A takes every superblock, then keeps one block in each: the rest of each superblock is one free range.
+  std::vector<void*> blocks;
+  for (std::size_t i = 0; i < r.arena_size() / block; ++i) { blocks.push_back(r.allocate(block, a.get())); }
+  ASSERT_EQ(r.global_free_bytes(), 0U);
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    if (i % (sb / block) != 0) { r.deallocate(blocks[i], block, a.get()); }
+  }
+  std::size_t const large = sb - block;  // above the threshold, and only a local arena's free range holds it
+  ASSERT_GT(large, r.large_allocation_threshold());
+  void* p = r.allocate(large, b.get());
+  r.check_invariants();
+  r.deallocate(p, large, b.get());
+  for (std::size_t i = 0; i < blocks.size(); i += sb / block) { r.deallocate(blocks[i], block, a.get()); }
+  try {
+    void* too_large = r.allocate(r.arena_size() + 256, b.get());
+    r.deallocate(too_large, r.arena_size() + 256, b.get());
+    ADD_FAILURE() << "a request larger than the arena was served";
+  } catch (out_of_memory const&) {
+  }
   expect_all_memory_back(r);
 }
 
@@ -425,12 +557,17 @@ TEST(arena_memory_resource, sixteen_threads_with_mixed_sizes_free_each_others_bl
 
 // ---- stream ordering ----------------------------------------------------------------------------------------
 
-/// Runs `fn` on a new thread and says whether it has returned; joins on destruction.
+/// Runs `fn` on a new thread and says whether it has returned; joins on destruction. What `fn` throws is a
+/// failure of the test.
 class background {
  public:
   template <class Fn>
   explicit background(Fn fn) : thread_{[this, fn = std::move(fn)]() mutable {
-                                 fn();
+                                 try {
+                                   fn();
+                                 } catch (std::exception const& e) {
+                                   ADD_FAILURE() << "the background thread threw: " << e.what();
+                                 }
                                  done_.store(true);
                                }}
   {
@@ -454,26 +591,37 @@ class background {
 
 constexpr auto held_for = std::chrono::milliseconds{150};
 
+/// Allocates `bytes` blocks on `stream` until they fill every superblock of `r` (bytes divides them).
+std::vector<void*> fill_every_superblock(mr::arena_memory_resource& r, std::size_t bytes, cuda_stream_view stream)
+{
+  std::vector<void*> blocks;
+  for (std::size_t i = 0; i < r.arena_size() / bytes; ++i) { blocks.push_back(r.allocate(bytes, stream)); }
+  EXPECT_EQ(r.global_free_bytes(), 0U);
+  return blocks;
+}
+
 TEST(arena_memory_resource, a_block_freed_on_a_busy_stream_is_not_reused_by_another_stream_until_the_work_is_done)
 {
   mr::simulated_memory_resource upstream{GiB};
-  mr::arena_memory_resource r{&upstream, 4 * MiB};  // one superblock: another stream can only get A's
-  ASSERT_EQ(r.superblock_size(), r.arena_size());
+  mr::arena_memory_resource r{&upstream, 4 * MiB};
   backend_stream a;
   backend_stream b;
-  void* p = r.allocate(64 * KiB, a.get());
+  std::size_t const bytes = r.large_allocation_threshold();
+  std::vector<void*> blocks = fill_every_superblock(r, bytes, a.get());  // B can only get A's free space
+  void* p = blocks.back();
+  blocks.pop_back();
 
   gate held;
   std::atomic<bool> a_done{false};
   auto mark_done = [&] { a_done.store(true); };
   held.hold(a.get());
   on_stream(a.get(), mark_done);  // "the work on A that uses p"
-  r.deallocate(p, 64 * KiB, a.get());
+  r.deallocate(p, bytes, a.get());
 
   std::atomic<bool> a_done_when_served{false};
   void* q = nullptr;
   background other{[&] {
-    q = r.allocate(64 * KiB, b.get());  // needs A's superblock: must wait for A's work
+    q = r.allocate(bytes, b.get());  // needs A's free space: must wait for A's work
     a_done_when_served.store(a_done.load());
   }};
   std::this_thread::sleep_for(held_for);
@@ -481,8 +629,9 @@ TEST(arena_memory_resource, a_block_freed_on_a_busy_stream_is_not_reused_by_anot
   held.release();
   other.join();
   EXPECT_TRUE(a_done_when_served.load());
-  EXPECT_EQ(q, p) << "B got A's superblock";
-  r.deallocate(q, 64 * KiB, b.get());
+  EXPECT_EQ(q, p) << "B got the block A freed";
+  r.deallocate(q, bytes, b.get());
+  for (void* block : blocks) { r.deallocate(block, bytes, a.get()); }
   expect_all_memory_back(r);
 }
 
@@ -490,28 +639,33 @@ TEST(arena_memory_resource, a_per_thread_arena_is_not_reused_by_another_thread_u
 {
   mr::simulated_memory_resource upstream{GiB};
   mr::arena_memory_resource r{&upstream, 4 * MiB};
-  void* p = r.allocate(64 * KiB, cuda_stream_per_thread);
+  std::size_t const bytes = r.large_allocation_threshold();
+  std::vector<void*> blocks = fill_every_superblock(r, bytes, cuda_stream_per_thread);
+  void* p = blocks.back();
+  blocks.pop_back();
 
   gate held;
   std::atomic<bool> done{false};
   auto mark_done = [&] { done.store(true); };
   held.hold(cudaStreamPerThread);  // this thread's per-thread default stream
   on_stream(cudaStreamPerThread, mark_done);
-  r.deallocate(p, 64 * KiB, cuda_stream_per_thread);
+  r.deallocate(p, bytes, cuda_stream_per_thread);
 
   std::atomic<bool> done_when_served{false};
   void* q = nullptr;
   background other{[&] {
-    q = r.allocate(64 * KiB, cuda_stream_per_thread);  // another thread: takes this thread's superblock
+    q = r.allocate(bytes, cuda_stream_per_thread);  // another thread: can only get this thread's free space
     done_when_served.store(done.load());
-    r.deallocate(q, 64 * KiB, cuda_stream_per_thread);
+    r.deallocate(q, bytes, cuda_stream_per_thread);
   }};
   std::this_thread::sleep_for(held_for);
   EXPECT_FALSE(other.done()) << "another thread got memory while this thread's default stream still used it";
   held.release();
   other.join();
   EXPECT_TRUE(done_when_served.load());
+  EXPECT_EQ(q, p);
   detail::get_backend().stream_synchronize(cudaStreamPerThread);
+  for (void* block : blocks) { r.deallocate(block, bytes, cuda_stream_per_thread); }
   expect_all_memory_back(r);
 }
 

@@ -2,6 +2,7 @@
 // column of every row (thread, time, action, pointer, size, stream), the `allocate failure` row, buffering
 // and auto_flush, the three destinations (stream, file, GPUMEM_LOG_FILE), and 8 threads at once.
 #include "conformance/resource_battery.hpp"
+#include "support/gate.hpp"
 #include "support/memory_checks.hpp"
 #include "support/sub_allocator_checks.hpp"
 
@@ -11,8 +12,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -100,6 +103,13 @@ std::string read_file(std::filesystem::path const& path)
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+/// The complete lines of the file (a row being written may not be complete yet).
+std::size_t line_count(std::filesystem::path const& path)
+{
+  std::string const text = read_file(path);
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
 }
 
 std::filesystem::path temp_path(std::string const& name)
@@ -216,41 +226,65 @@ TEST(logging_resource_adaptor, upstream_failure_writes_an_allocate_failure_row_a
   EXPECT_EQ(rows[2].action, "free");
 }
 
-TEST(logging_resource_adaptor, rows_are_buffered_until_flush_unless_auto_flush)
+/// A stream buffer that keeps what it is given and counts the flushes (sync) it sees.
+class counting_buffer final : public std::stringbuf {
+ public:
+  [[nodiscard]] int syncs() const { return syncs_; }
+
+ protected:
+  int sync() override
+  {
+    ++syncs_;
+    return std::stringbuf::sync();
+  }
+
+ private:
+  int syncs_{0};
+};
+
+TEST(logging_resource_adaptor, a_stream_gets_each_row_as_it_is_logged_and_auto_flush_flushes_it)
 {
   mr::simulated_memory_resource upstream;
-  std::ostringstream buffered_out;
-  mr::logging_resource_adaptor buffered{&upstream, buffered_out};
-  void* p = buffered.allocate(512);
-  EXPECT_TRUE(buffered_out.str().empty()) << "a row must not cost a write";
-  buffered.flush();
-  EXPECT_EQ(parse_log(buffered_out.str()).size(), 1U);
-  buffered.deallocate(p, 512);
+  counting_buffer lazy_buffer;
+  std::ostream lazy_out{&lazy_buffer};
+  mr::logging_resource_adaptor lazy{&upstream, lazy_out};
+  void* p = lazy.allocate(512);
+  EXPECT_EQ(parse_log(lazy_buffer.str()).size(), 1U) << "the row waits in the adaptor";
+  EXPECT_EQ(lazy_buffer.syncs(), 0) << "without auto_flush the stream is flushed only by flush()";
+  lazy.deallocate(p, 512);
+  EXPECT_EQ(parse_log(lazy_buffer.str()).size(), 2U);
+  lazy.flush();
+  EXPECT_EQ(lazy_buffer.syncs(), 1);
+  counting_buffer scoped_buffer;
+  std::ostream scoped_out{&scoped_buffer};
+  { mr::logging_resource_adaptor scoped{&upstream, scoped_out}; }
+  EXPECT_EQ(scoped_buffer.syncs(), 1) << "destruction flushes the stream";
 
-  std::ostringstream eager_out;
+  counting_buffer eager_buffer;
+  std::ostream eager_out{&eager_buffer};
   mr::logging_resource_adaptor eager{&upstream, eager_out, /*auto_flush=*/true};
-  EXPECT_EQ(eager_out.str(), "Thread,Time,Action,Pointer,Size,Stream\n");
+  EXPECT_EQ(eager_buffer.str(), "Thread,Time,Action,Pointer,Size,Stream\n");
   void* q = eager.allocate(512);
-  EXPECT_EQ(parse_log(eager_out.str()).size(), 1U);
+  EXPECT_EQ(parse_log(eager_buffer.str()).size(), 1U);
   eager.deallocate(q, 512);
-  EXPECT_EQ(parse_log(eager_out.str()).size(), 2U);
+  EXPECT_EQ(parse_log(eager_buffer.str()).size(), 2U);
+  EXPECT_GE(eager_buffer.syncs(), 2) << "auto_flush flushes the stream after every row";
 }
 
-TEST(logging_resource_adaptor, a_full_buffer_is_written_without_flush)
+TEST(logging_resource_adaptor, rows_reach_a_file_without_flush_within_a_bounded_delay)
 {
+  auto const path = temp_path("logging_delay");
   mr::simulated_memory_resource upstream;
-  std::ostringstream out;
-  mr::logging_resource_adaptor log{&upstream, out};
-  std::size_t events = 0;
-  while (out.str().empty()) {
-    void* p = log.allocate(256);
-    log.deallocate(p, 256);
-    events += 2;
-    ASSERT_LT(events, 100'000U) << "the buffer never reached the stream";
+  {
+    mr::logging_resource_adaptor log{&upstream, path.string()};
+    void* p = log.allocate(4096);
+    log.deallocate(p, 4096);
+    // No flush, the adaptor alive: the writer gets the two rows into the file by itself.
+    EXPECT_TRUE(eventually([&] { return line_count(path) == 3; }))
+      << "long after flush_interval the file holds: " << read_file(path);
   }
-  EXPECT_GE(out.str().size(), mr::logging_resource_adaptor::buffer_bytes);
-  log.flush();
-  EXPECT_EQ(parse_log(out.str()).size(), events);
+  EXPECT_EQ(parse_log(read_file(path)).size(), 2U) << "destruction writes nothing twice";
+  std::filesystem::remove(path);
 }
 
 TEST(logging_resource_adaptor, logs_to_a_named_file)
@@ -358,6 +392,104 @@ TEST(logging_resource_adaptor, eight_threads_write_whole_rows_in_order)
   EXPECT_EQ(rows_per_thread.size(), static_cast<std::size_t>(threads));
   for (auto const& [thread, count] : rows_per_thread) { EXPECT_EQ(count, static_cast<std::size_t>(2 * pairs)); }
   EXPECT_EQ(upstream.invalid_deallocations(), 0U);
+}
+
+// ---- a crash of the process --------------------------------------------------------------------------------
+// Each test's process logs to a file through an adaptor it never destroys, then dies; the test reads the
+// file. The "threadsafe" death-test style runs the dying code in a fresh process of the test binary, which
+// finds the file's name in the environment (its own pid would give another name).
+
+/// The file of the crash test `name`: made up by the test, inherited by its death-test process.
+std::filesystem::path crash_log_path(std::string const& name)
+{
+  std::string const variable = "GPUMEM_TEST_CRASH_LOG_" + name;
+  if (char const* const inherited = std::getenv(variable.c_str())) { return inherited; }
+  std::filesystem::path const path = temp_path("crash_" + name);
+  EXPECT_EQ(::setenv(variable.c_str(), path.c_str(), 1), 0);
+  return path;
+}
+
+/// Logs `pairs` allocate/free pairs of 1000 + i bytes through a new adaptor on `path` that is never destroyed.
+void log_pairs_and_leak_the_adaptor(std::filesystem::path const& path, int pairs)
+{
+  static mr::simulated_memory_resource upstream;
+  auto* const log = new mr::logging_resource_adaptor{&upstream, path.string()};  // NOLINT: never destroyed
+  for (int i = 0; i < pairs; ++i) {
+    std::size_t const bytes = 1000 + static_cast<std::size_t>(i);
+    void* p = log->allocate(bytes);
+    log->deallocate(p, bytes);
+  }
+}
+
+/// The file holds the header and the rows of `pairs` pairs, each once and in order.
+void expect_pairs_in(std::filesystem::path const& path, int pairs)
+{
+  std::vector<row> const rows = parse_log(read_file(path));
+  ASSERT_EQ(rows.size(), static_cast<std::size_t>(2 * pairs)) << read_file(path);
+  for (int i = 0; i < pairs; ++i) {
+    EXPECT_EQ(rows[static_cast<std::size_t>(2 * i)].action, "allocate");
+    EXPECT_EQ(rows[static_cast<std::size_t>(2 * i + 1)].size, std::to_string(1000 + i));
+  }
+}
+
+constexpr int crash_pairs = 500;
+
+TEST(logging_resource_adaptor_crash, rows_logged_before_an_abort_or_a_fatal_signal_are_in_the_file)
+{
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (int const signal : {SIGABRT, SIGTERM, SIGHUP}) {
+    auto const path = crash_log_path("signal_" + std::to_string(signal));
+    EXPECT_EXIT(
+      {
+        log_pairs_and_leak_the_adaptor(path, crash_pairs);
+        if (signal == SIGABRT) { std::abort(); }  // as std::terminate does
+        std::raise(signal);
+      },
+      ::testing::KilledBySignal(signal), "");
+    expect_pairs_in(path, crash_pairs);
+    std::filesystem::remove(path);
+  }
+}
+
+TEST(logging_resource_adaptor_crash, rows_reach_the_file_by_themselves_so_a_sigkill_loses_none)
+{
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto const path = crash_log_path("sigkill");
+  EXPECT_EXIT(
+    {
+      log_pairs_and_leak_the_adaptor(path, crash_pairs);
+      // Nothing is flushed: the rows must get into the file while the process lives, or never.
+      if (!eventually([&] { return line_count(path) == 1 + 2 * crash_pairs; }, std::chrono::seconds{20})) {
+        std::_Exit(3);
+      }
+      std::raise(SIGKILL);
+    },
+    ::testing::KilledBySignal(SIGKILL), "");
+  expect_pairs_in(path, crash_pairs);
+  std::filesystem::remove(path);
+}
+
+/// Set by the program's own SIGTERM handler in the test below.
+volatile std::sig_atomic_t program_saw_sigterm = 0;
+
+TEST(logging_resource_adaptor_crash, a_handled_signal_reaches_the_programs_handler_and_no_row_is_written_twice)
+{
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto const path = crash_log_path("handled");
+  EXPECT_EXIT(
+    {
+      struct sigaction handler{};
+      handler.sa_handler = [](int) { program_saw_sigterm = 1; };
+      sigemptyset(&handler.sa_mask);
+      ::sigaction(SIGTERM, &handler, nullptr);  // before the first log file: the adaptor's handler chains to it
+      log_pairs_and_leak_the_adaptor(path, crash_pairs);
+      std::raise(SIGTERM);  // the program goes on
+      bool const rows_written = line_count(path) == 1 + 2 * crash_pairs;
+      std::_Exit(program_saw_sigterm == 1 && rows_written ? 0 : 1);  // at _Exit nothing more is written
+    },
+    ::testing::ExitedWithCode(0), "");
+  expect_pairs_in(path, crash_pairs);
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -26,6 +26,18 @@ static_assert(std::is_same_v<std::allocator_traits<mr::stream_allocator_adaptor<
                                rebind_alloc<double>,
                              mr::stream_allocator_adaptor<mr::polymorphic_allocator<double>>>);
 
+struct alignas(512) aligned_512 {
+  std::byte bytes[512];
+};
+template <class T>
+concept allocatable_on_a_stream = requires(mr::polymorphic_allocator<T> a, cuda_stream_view s) { a.allocate(1, s); };
+template <class T>
+concept allocatable_through_the_adaptor =
+  requires(mr::stream_allocator_adaptor<mr::polymorphic_allocator<T>> a) { a.allocate(1); };
+static_assert(allocatable_on_a_stream<std::uint64_t> && allocatable_through_the_adaptor<std::uint64_t>);
+static_assert(!allocatable_on_a_stream<aligned_512>, "256-byte-aligned memory cannot hold a 512-byte-aligned T");
+static_assert(!allocatable_through_the_adaptor<aligned_512>);
+
 TEST(polymorphic_allocator, allocates_n_objects_on_the_given_stream_from_its_resource)
 {
   counting_resource counting;

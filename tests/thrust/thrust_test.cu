@@ -28,6 +28,14 @@ namespace {
 
 bool on_gpu() { return detail::get_backend().kind() == backend_kind::cuda; }
 
+struct alignas(512) aligned_512 {
+  char bytes[512];
+};
+template <class T>
+concept thrust_allocatable = requires(mr::thrust_allocator<T> a) { a.allocate(1); };
+static_assert(thrust_allocatable<std::int64_t>);
+static_assert(!thrust_allocatable<aligned_512>, "256-byte-aligned memory cannot hold a 512-byte-aligned T");
+
 mr::cuda_memory_resource& cuda_upstream_for_thrust()
 {
   static mr::cuda_memory_resource upstream;

@@ -26,7 +26,8 @@ namespace gpumem {
  * Thread-safety: an object must not be used from two threads at once without external synchronisation;
  * distinct objects are independent.
  * Stream-ordering: see the file comment; each member says what it does on which stream.
- * @tparam T a trivially copyable, non-cv-qualified type (device_uvector_element).
+ * @tparam T a trivially copyable, non-cv-qualified type aligned to at most 256 bytes
+ *           (device_uvector_element).
  */
 template <device_uvector_element T>
 class device_scalar {

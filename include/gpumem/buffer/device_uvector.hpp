@@ -22,6 +22,7 @@
 #include <gpumem/buffer/device_buffer.hpp>
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/error.hpp>
+#include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
 
@@ -40,10 +41,16 @@ namespace gpumem {
 
 /**
  * @brief What device_uvector and device_scalar can hold: a trivially copyable type, since elements are
- * copied as bytes (memcpy/memset on a stream) and never constructed or destroyed.
+ * copied as bytes (memcpy/memset on a stream) and never constructed or destroyed, whose alignment is at
+ * most the 256 bytes that every device resource guarantees (detail::allocation_alignment).
+ *
+ * A type aligned to more (`alignas(512)`) is refused at compile time: its elements would sit on
+ * 256-byte-aligned storage, so every other one would be misaligned. Store such data in a device_buffer
+ * from an mr::aligned_resource_adaptor and place the elements yourself.
  */
 template <class T>
-concept device_uvector_element = std::is_trivially_copyable_v<T> && !std::is_const_v<T> && !std::is_volatile_v<T>;
+concept device_uvector_element = std::is_trivially_copyable_v<T> && !std::is_const_v<T> && !std::is_volatile_v<T> &&
+                                 alignof(T) <= detail::allocation_alignment;
 
 /**
  * @brief A typed array of `T` in device memory; elements are uninitialised until written.
@@ -53,7 +60,8 @@ concept device_uvector_element = std::is_trivially_copyable_v<T> && !std::is_con
  * distinct objects are independent.
  * Stream-ordering: see the file comment; each member says what it does on which stream.
  *
- * @tparam T a trivially copyable, non-cv-qualified type (device_uvector_element).
+ * @tparam T a trivially copyable, non-cv-qualified type aligned to at most 256 bytes
+ *           (device_uvector_element).
  */
 template <device_uvector_element T>
 class device_uvector {

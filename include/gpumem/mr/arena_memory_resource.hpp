@@ -7,18 +7,32 @@
  * Structure:
  * - The global arena: `arena_size` bytes taken from the upstream at construction, in one allocation, and
  *   given back at destruction; nothing else is ever asked of the upstream, so the resource's footprint is
- *   fixed and known. It hands out superblocks (4 MiB, detail/arena/arena_policy.hpp) to local arenas and
- *   serves large requests (above a quarter superblock, 1 MiB) itself; what comes back is coalesced.
- * - Local arenas: one per thread for the default streams (the legacy default stream and the per-thread
- *   default stream), one per stream for every other stream (RMM's rule). A small request is served by
- *   best fit from the superblocks of the caller's arena under that arena's own mutex: threads on the
- *   default streams never share a lock on the fast path, which is what makes the resource scale with
- *   threads where a pool with one mutex serialises them. Only when its arena has no room does a thread
- *   take the global lock, to fetch one superblock.
+ *   fixed and known. It hands out superblocks (4 MiB; 1/16 of a smaller arena than 64 MiB, down to a power
+ *   of two, so that every arena has at least 16: detail/arena/arena_policy.hpp) to local arenas and serves
+ *   large requests (above a quarter superblock) itself; what comes back is coalesced.
+ * - Local arenas: one per stream for every non-default stream, as in RMM; and one per thread for the
+ *   default streams, both the per-thread default stream (as in RMM) and the legacy default stream, which is
+ *   gpumem's own rule: RMM gives the legacy default stream one arena shared by every thread. A small
+ *   request is served by best fit from the superblocks of the caller's arena under that arena's own mutex:
+ *   threads on the default streams never share a lock on the fast path, which is what makes the resource
+ *   scale with threads where a pool with one mutex serialises them (the two default streams synchronise
+ *   with each other, so a thread's blocks may move between them at once). Only when its arena has no room
+ *   does a thread take the global lock, to fetch one superblock.
  * - Memory moves back to the global arena when an arena holds too much free: a superblock that a free
  *   empties is returned while its arena would still keep one superblock of free space.
- * - Out of memory: defragment (every arena gives its empty superblocks back, after their streams' work),
- *   retry once, then throw gpumem::out_of_memory with the arena state.
+ * - Out of memory: when neither the caller's arena nor a free superblock (for a large request: the global
+ *   arena's free space) can serve a request, the resource
+ *   1. defragments (every arena gives its empty superblocks back, after their streams' work) and retries;
+ *   2. serves a small request from the global arena's free space that is left outside superblocks;
+ *   3. serves the request from the free space of any local arena that holds it: the caller's own at once,
+ *      another one after the work of that arena's streams up to its latest free has completed. More
+ *      threads and streams than superblocks therefore share what is free instead of failing;
+ *   4. throws gpumem::out_of_memory with the arena state. That happens only when no single free range, of
+ *      the global arena or of any local arena, holds the request (free space split over several ranges
+ *      cannot serve one block).
+ *   Steps 1 and 3 block the calling thread on other streams' work; a block served in step 2 or 3 costs its
+ *   deallocation a wait for the freeing stream (as a large block's does) unless the arena it came from is
+ *   the freeing stream's own.
  *
  * Stream-ordering (beyond device_memory_resource's contract):
  * - A block freed into a per-stream arena is reused only on that stream, at once (stream order protects
@@ -32,7 +46,13 @@
  *   synchronises that event; a per-thread arena records its event on the freeing default stream or, from
  *   another thread (defragment), on the legacy default stream, which orders after every blocking stream's
  *   earlier work. Never a device-wide synchronisation.
- * - A large block is freed to the global arena after deallocate synchronises its stream.
+ * - A block of the global arena's own (a large one, or one served in step 2 above) is freed to the global
+ *   arena after deallocate synchronises its stream.
+ * - A block served from another arena's free space (step 3 above) is handed out only after that arena's
+ *   fence has completed (the wait that precedes a superblock's return), and goes back to that arena when
+ *   freed, after deallocate synchronises the freeing stream as for any block freed into another arena.
+ * - The resource uses a stream handle only during the call that passes it: the waits above use events
+ *   recorded during the frees, or the legacy default stream, never a stream remembered from an earlier call.
  *
  * Known limits: the resource serves the device that was current at construction; use it with that device
  * current (as RMM's). Local arenas live as long as the resource (a thread that exits leaves its arena,
@@ -71,7 +91,7 @@ class GPUMEM_EXPORT arena_memory_resource final : public device_memory_resource 
    *                            (and must: half of a real GPU is far too much for a test).
    * @param dump_log_on_failure when an allocation fails, also write the full arena state (every arena and
    *                            its superblocks) to stderr before throwing.
-   * @throws gpumem::logic_error if `upstream` is null, or the arena is smaller than 1 MiB.
+   * @throws gpumem::logic_error if `upstream` is null, or the arena is smaller than 1 MiB (naming its size).
    * @throws gpumem::out_of_memory if the upstream cannot provide the arena (the message names the arena
    *         size and the upstream's own error).
    * @post global_free_bytes() == arena_size(), arena_count() == 0.

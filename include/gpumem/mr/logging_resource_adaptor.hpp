@@ -14,9 +14,23 @@
  * - Pointer: hexadecimal with 0x; Size: bytes in decimal, as requested;
  * - Stream: the cudaStream_t value in hexadecimal (the legacy default stream, cudaStream_t{0}, is 0x0).
  *
- * Cost: a row is formatted on the stack, then appended to a per-adaptor buffer under one mutex (about a
- * hundred nanoseconds); the buffer goes to the destination only when it holds buffer_bytes bytes, at
- * flush(), and at destruction, unless auto_flush asks for a write (and stream flush) after every row.
+ * When rows reach the destination, so that a crash of the process loses none that matter:
+ * - A file (named in code or by GPUMEM_LOG_FILE): a row is copied into memory under one mutex, and a writer
+ *   thread of the adaptor writes it into the file (write(2): from then on it is the kernel's, and only a
+ *   crash of the machine loses it) within flush_interval, or sooner when buffer_bytes wait. flush(),
+ *   destruction, exit(), quick_exit() and the signals that end a process by default (SIGABRT, SIGSEGV,
+ *   SIGBUS, SIGFPE, SIGILL, SIGTERM, SIGINT, SIGHUP, SIGQUIT) write what still waits (of up to 64 log
+ *   files open at once): opening the first log file installs handlers for those signals, which write the
+ *   rows and then hand the signal on to the handler or default action that was there before (an ignored
+ *   signal stays ignored). A SIGKILL or an _exit() loses at most the rows of the last flush_interval. With
+ *   auto_flush, every row is written by the call that logs it, and no thread is started.
+ * - A caller's std::ostream: every row is written into the stream by the call that logs it; the stream's
+ *   own buffer is the caller's (std::cerr writes at once, a std::ofstream when its buffer fills or it is
+ *   flushed). With auto_flush, the stream is also flushed after every row.
+ *
+ * Cost: formatting a row on the stack and appending it under one mutex (docs/PERFORMANCE.md has the figures
+ * of gpumem_bench_adaptors); for a file, one wake-up of the writer and one write(2) per flush_interval or
+ * per buffer_bytes of rows, on the writer's thread; with auto_flush, one write(2) per row on the caller's.
  */
 #pragma once
 
@@ -25,13 +39,17 @@
 #include <gpumem/mr/device_memory_resource.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <ctime>
 #include <iosfwd>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
+
+namespace gpumem::detail {
+class log_destination;
+}  // namespace gpumem::detail
 
 namespace gpumem::mr {
 
@@ -40,9 +58,10 @@ namespace gpumem::mr {
  *
  * The destination is a file named in code, a caller's std::ostream, or the file that the environment
  * variable GPUMEM_LOG_FILE names. A file is created (truncated) at construction, and the header row is
- * written first in every case.
+ * written first in every case. When each row reaches the destination: see the file comment.
  *
- * Thread-safety: all members may be called concurrently; rows of concurrent calls never interleave.
+ * Thread-safety: all members may be called concurrently; rows of concurrent calls never interleave, and a
+ * row's time is read under the lock that orders the rows, so the rows are in time order.
  * Stream-ordering: as the upstream's (the adaptor adds no stream work).
  * Equality: equal to another logging_resource_adaptor whose upstream is equal to this one's.
  */
@@ -50,7 +69,9 @@ class GPUMEM_EXPORT logging_resource_adaptor final : public device_memory_resour
  public:
   /** @brief The environment variable read by the constructor that is given no destination. */
   static constexpr char const* log_file_environment_variable = "GPUMEM_LOG_FILE";
-  /** @brief The buffer is written out when it holds this many bytes. */
+  /** @brief A file's rows are written within this long of being logged (the file comment). */
+  static constexpr std::chrono::milliseconds flush_interval{10};
+  /** @brief A file's rows are written sooner when this many bytes of them wait. */
   static constexpr std::size_t buffer_bytes = std::size_t{64} << 10;
 
   /** @return the CSV header row, without a line break: `Thread,Time,Action,Pointer,Size,Stream`. */
@@ -76,14 +97,14 @@ class GPUMEM_EXPORT logging_resource_adaptor final : public device_memory_resour
    */
   logging_resource_adaptor(device_memory_resource* upstream, std::ostream& stream, bool auto_flush = false);
 
-  /** @brief Writes out what is buffered (errors of the destination are ignored). */
+  /** @brief Writes out the rows that wait, and closes a file the adaptor opened (errors are ignored). */
   ~logging_resource_adaptor() override;
   logging_resource_adaptor(logging_resource_adaptor const&) = delete;
   logging_resource_adaptor(logging_resource_adaptor&&) = delete;
   logging_resource_adaptor& operator=(logging_resource_adaptor const&) = delete;
   logging_resource_adaptor& operator=(logging_resource_adaptor&&) = delete;
 
-  /** @brief Writes the buffered rows to the destination and flushes it. Thread-safety: any thread. */
+  /** @brief Writes the rows that wait to the destination and flushes it. Thread-safety: any thread. */
   void flush() noexcept;
 
   /** @return the resource this adaptor forwards to. */
@@ -97,18 +118,12 @@ class GPUMEM_EXPORT logging_resource_adaptor final : public device_memory_resour
   [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
 
   void log(std::string_view action, void const* ptr, std::size_t bytes, cuda_stream_view stream) noexcept;
-  /// @pre mutex_ is held.
-  void write_buffer_locked() noexcept;
+  void write_header();
 
   device_memory_resource* upstream_;
-  std::unique_ptr<std::ostream> owned_stream_;  // the file, when the adaptor opened one
-  std::ostream* out_;                           // guarded by mutex_ (the stream, not the pointer)
-  bool const auto_flush_;
-
-  std::mutex mutex_;
-  std::string buffer_;                          // guarded by mutex_: rows not yet written to *out_
-  std::time_t cached_second_{-1};               // guarded by mutex_: the second that cached_clock_ shows
-  std::array<char, 16> cached_clock_{};         // guarded by mutex_: "HH:MM:SS" of cached_second_
+  std::unique_ptr<detail::log_destination> destination_;  // a file the adaptor opened, or the caller's stream
+  std::time_t cached_second_{-1};        // guarded by destination_->lock(): the second that cached_clock_ shows
+  std::array<char, 16> cached_clock_{};  // guarded by destination_->lock(): "HH:MM:SS" of cached_second_
 };
 
 }  // namespace gpumem::mr

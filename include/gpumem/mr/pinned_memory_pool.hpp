@@ -25,8 +25,9 @@ namespace gpumem::mr {
 struct pinned_pool_options {
   /// Pinned memory is requested in chunks of max(chunk_size, the request rounded up to 2 MiB) bytes.
   std::size_t chunk_size{std::size_t{32} << 20U};
-  /// The most pinned bytes the pool may hold (chunks in use, free or pending); 0 means no limit other than
-  /// the machine's. Reaching it first waits for pending blocks, then throws out_of_memory.
+  /// The most pinned bytes the pool may hold (chunks in use, free or pending), at least one 256-byte block;
+  /// 0 means no limit other than the machine's. Reaching it first waits for pending blocks, then throws
+  /// out_of_memory.
   std::size_t maximum_bytes{0};
 };
 
@@ -63,6 +64,7 @@ struct pinned_pool_usage {
  */
 class GPUMEM_EXPORT pinned_memory_pool final : public host_memory_resource {
  public:
+  /** @throws gpumem::logic_error naming the option if chunk_size is 0 or maximum_bytes is below 256 (but not 0). */
   explicit pinned_memory_pool(pinned_pool_options options = {});
   ~pinned_memory_pool() override;
   pinned_memory_pool(pinned_memory_pool const&) = delete;

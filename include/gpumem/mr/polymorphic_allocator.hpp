@@ -13,6 +13,7 @@
 
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/error.hpp>
+#include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
 
@@ -51,9 +52,12 @@ class polymorphic_allocator {
 
   /**
    * @return storage for `n` objects of T, 256-byte aligned (nullptr when n == 0).
+   * Only for a T aligned to at most 256 bytes, the alignment every resource keeps: for a more aligned T
+   * it does not compile (use an aligned_resource_adaptor's memory and place the objects yourself).
    * @throws gpumem::bad_alloc when n * sizeof(T) overflows (naming n); what the resource throws otherwise.
    */
   [[nodiscard]] T* allocate(std::size_t n, cuda_stream_view stream)
+    requires(alignof(T) <= detail::allocation_alignment)
   {
     if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) {
       throw bad_alloc("gpumem::mr::polymorphic_allocator: " + std::to_string(n) + " objects of " +
@@ -104,8 +108,15 @@ class stream_allocator_adaptor {
   {
   }
 
-  /** @return storage for n objects, allocated on the bound stream. @throws as the underlying allocator. */
-  [[nodiscard]] value_type* allocate(std::size_t n) { return allocator_.allocate(n, stream_); }
+  /**
+   * @return storage for n objects, allocated on the bound stream (for a type the underlying allocator can
+   * align). @throws as the underlying allocator.
+   */
+  [[nodiscard]] value_type* allocate(std::size_t n)
+    requires requires(Allocator a, std::size_t count, cuda_stream_view s) { a.allocate(count, s); }
+  {
+    return allocator_.allocate(n, stream_);
+  }
   void deallocate(value_type* p, std::size_t n) noexcept { allocator_.deallocate(p, n, stream_); }
 
   [[nodiscard]] cuda_stream_view stream() const noexcept { return stream_; }

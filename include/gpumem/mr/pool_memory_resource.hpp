@@ -55,8 +55,9 @@ class GPUMEM_EXPORT pool_memory_resource final
    * @brief A pool over `upstream`.
    * @param upstream          where chunks come from; must outlive the pool.
    * @param initial_pool_size bytes to obtain at once (rounded up to 256); 0 grows on the first request.
-   * @param maximum_pool_size the most the pool may hold from the upstream; none by default.
-   * @throws gpumem::logic_error if upstream is null, or initial_pool_size > maximum_pool_size (naming both).
+   * @param maximum_pool_size the most the pool may hold from the upstream (at least 256); none by default.
+   * @throws gpumem::logic_error if upstream is null, initial_pool_size overflows when rounded up to 256,
+   *         maximum_pool_size < 256, or initial_pool_size > maximum_pool_size (each naming the option and value).
    * @throws gpumem::out_of_memory (from the upstream) if the initial pool cannot be allocated.
    */
   explicit pool_memory_resource(device_memory_resource* upstream, std::size_t initial_pool_size = 0,

@@ -8,6 +8,7 @@
 
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/error.hpp>
+#include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
 
@@ -54,8 +55,13 @@ class thrust_allocator : public thrust::device_malloc_allocator<T> {
   {
   }
 
-  /** @throws gpumem::bad_alloc when n * sizeof(T) overflows; what the resource throws otherwise. */
+  /**
+   * @brief Storage for n objects of T, 256-byte aligned; only for a T aligned to at most 256 bytes (see
+   * polymorphic_allocator::allocate).
+   * @throws gpumem::bad_alloc when n * sizeof(T) overflows; what the resource throws otherwise.
+   */
   [[nodiscard]] pointer allocate(size_type n)
+    requires(alignof(T) <= detail::allocation_alignment)
   {
     if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) {
       throw bad_alloc("gpumem::mr::thrust_allocator: " + std::to_string(n) + " objects of " +

@@ -115,7 +115,10 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /**
    * @brief A pool on the current device, through the backend's provider (make_device_vmm_provider).
    * @throws gpumem::logic_error when the device does not support virtual memory management (naming it), or
-   *         for bad options (naming them); gpumem::out_of_memory when the reservation fails.
+   *         for bad options, naming the option and its value: slab_size 0, reservation_size or
+   *         maximum_physical_size below one slab, a slab_size or reservation_size (default: four times the
+   *         device's total memory) that overflows size_t when rounded up to the granularity or to slabs;
+   *         gpumem::out_of_memory when the reservation fails.
    */
   explicit vmm_pool_memory_resource(vmm_pool_options const& options = {});
   /**

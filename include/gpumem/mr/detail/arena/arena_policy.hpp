@@ -13,13 +13,16 @@
  *   rare and expensive for their caller anyway, so the global lock is not on the fast path.
  * - A local arena hands an emptied superblock back only while it would still keep one superblock of free
  *   space: a thread that allocates and frees one block in a loop never moves a superblock back and forth.
- * An arena smaller than 4 MiB uses one superblock of its whole (256-aligned) size.
+ * - An arena holds at least 16 superblocks: one smaller than 64 MiB has superblocks of 1/16 of its size,
+ *   rounded down to a power of two (64 KiB for the smallest arena, 1 MiB), so that 16 threads or streams
+ *   can each hold one before any has to borrow (arena_memory_resource.hpp, "Out of memory").
  */
 #pragma once
 
 #include <gpumem/mr/detail/align.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 
 namespace gpumem::detail {
@@ -31,7 +34,9 @@ namespace gpumem::detail {
 struct arena_policy {
   /** @brief Superblock size when the arena is large enough. */
   static constexpr std::size_t default_superblock_size = std::size_t{4} << 20;
-  /** @brief The smallest arena accepted: a superblock must hold a few allocations of the threshold. */
+  /** @brief The fewest superblocks an arena is cut into (smaller arenas get smaller superblocks). */
+  static constexpr std::size_t minimum_superblock_count = 16;
+  /** @brief The smallest arena accepted: its superblocks (64 KiB) still hold four requests of the threshold. */
   static constexpr std::size_t minimum_arena_size = std::size_t{1} << 20;
 
   std::size_t superblock_size{};  ///< bytes per superblock; a multiple of allocation_alignment
@@ -44,15 +49,18 @@ struct arena_policy {
    */
   [[nodiscard]] static constexpr arena_policy for_arena(std::size_t arena_size) noexcept
   {
-    std::size_t const superblock = std::min(default_superblock_size, align_down(arena_size, allocation_alignment));
-    return {superblock, align_down(superblock / 4, allocation_alignment), superblock};
+    std::size_t const superblock =
+      std::min(default_superblock_size, std::bit_floor(arena_size / minimum_superblock_count));
+    return {superblock, superblock / 4, superblock};
   }
 };
 
 static_assert(arena_policy::for_arena(std::size_t{80} << 30).superblock_size == std::size_t{4} << 20);
 static_assert(arena_policy::for_arena(std::size_t{80} << 30).large_threshold == std::size_t{1} << 20);
-static_assert(arena_policy::for_arena(arena_policy::minimum_arena_size).superblock_size ==
-              arena_policy::minimum_arena_size);
+static_assert(arena_policy::for_arena(std::size_t{64} << 20).superblock_size == std::size_t{4} << 20);
+static_assert(arena_policy::for_arena(std::size_t{2} << 20).superblock_size == std::size_t{128} << 10);
+static_assert(arena_policy::for_arena((std::size_t{3} << 20) + 512).superblock_size == std::size_t{128} << 10);
+static_assert(arena_policy::for_arena(arena_policy::minimum_arena_size).superblock_size == std::size_t{64} << 10);
 static_assert(arena_policy::for_arena(arena_policy::minimum_arena_size).large_threshold % allocation_alignment == 0);
 static_assert(arena_policy::default_superblock_size % allocation_alignment == 0);
 

@@ -1,7 +1,8 @@
 /**
  * @file global_arena.hpp
  * The global arena: one address range taken from the upstream at construction, handed out as superblocks
- * (to local arenas) and as large blocks (requests above the policy's threshold), coalesced on return.
+ * (to local arenas) and as blocks of its own (requests above the policy's threshold, and smaller ones when
+ * no whole superblock is left), coalesced on return.
  * Pure algorithm, no CUDA (DESIGN.md, mr/detail): arena_memory_resource adds the lock and the rule that
  * nothing comes back here while a stream may still use it.
  *
@@ -11,7 +12,7 @@
  * arenas give their empty superblocks back (arena_memory_resource's defragment).
  *
  * Invariants (check_invariants):
- *   free_bytes() + superblocks_out_ * superblock_size_ + large_bytes_out_ == whole_.size;
+ *   free_bytes() + superblocks_out_ * superblock_size_ + block_bytes_out_ == whole_.size;
  *   every free range lies inside whole_, and touching free ranges are merged.
  */
 #pragma once
@@ -28,7 +29,7 @@
 namespace gpumem::detail {
 
 /**
- * @brief The global arena of superblocks and large blocks (file comment).
+ * @brief The global arena of superblocks and blocks (file comment).
  * Thread-safety: none; arena_memory_resource guards it with one mutex.
  * Stream-ordering: none here; ranges must come back only once no stream's work uses them.
  */
@@ -67,27 +68,27 @@ class global_arena {
   }
 
   /**
-   * @brief A large block (best fit) of `bytes`. Never allocates.
+   * @brief A block (best fit) of `bytes`, carved from the free ranges without a superblock. Never allocates.
    * @pre bytes > 0, a multiple of allocation_alignment.
    * @return its address, or nullopt when no free range holds it.
    */
-  [[nodiscard]] std::optional<std::uintptr_t> allocate_large(std::size_t bytes) noexcept
+  [[nodiscard]] std::optional<std::uintptr_t> allocate_block(std::size_t bytes) noexcept
   {
     auto const begin = free_.take_best_fit(bytes);
-    if (begin) { large_bytes_out_ += bytes; }
+    if (begin) { block_bytes_out_ += bytes; }
     return begin;
   }
 
   /**
-   * @brief Takes back a large block from allocate_large() (size rounded up to allocation_alignment).
+   * @brief Takes back a block from allocate_block() (size rounded up to allocation_alignment).
    * @return false (and changes nothing) when it lies outside the arena, overlaps free space, or is larger
-   *         than the large blocks outstanding.
+   *         than the blocks outstanding.
    * @throws std::bad_alloc only when it touches no free range and a tree node cannot be allocated.
    */
-  [[nodiscard]] bool deallocate_large(address_range block)
+  [[nodiscard]] bool deallocate_block(address_range block)
   {
-    if (block.size > large_bytes_out_ || !give_back(block)) { return false; }
-    large_bytes_out_ -= block.size;
+    if (block.size > block_bytes_out_ || !give_back(block)) { return false; }
+    block_bytes_out_ -= block.size;
     return true;
   }
 
@@ -103,8 +104,8 @@ class global_arena {
   [[nodiscard]] std::size_t free_range_count() const noexcept { return free_.range_count(); }
   /** @return superblocks handed out and not yet released. */
   [[nodiscard]] std::size_t superblocks_out() const noexcept { return superblocks_out_; }
-  /** @return bytes of large blocks handed out and not yet deallocated. */
-  [[nodiscard]] std::size_t large_bytes_out() const noexcept { return large_bytes_out_; }
+  /** @return bytes of blocks (not superblocks) handed out and not yet deallocated. */
+  [[nodiscard]] std::size_t block_bytes_out() const noexcept { return block_bytes_out_; }
   /** @return true when `range` shares a byte with the global arena's free space. */
   [[nodiscard]] bool overlaps_free(address_range range) const noexcept { return free_.overlaps(range); }
 
@@ -115,10 +116,10 @@ class global_arena {
   void check_invariants() const
   {
     free_.check_invariants();
-    std::size_t const out = superblocks_out_ * superblock_size_ + large_bytes_out_;
+    std::size_t const out = superblocks_out_ * superblock_size_ + block_bytes_out_;
     if (free_.total_bytes() + out != whole_.size) {
       throw std::logic_error("global_arena invariant: free " + std::to_string(free_.total_bytes()) +
-                             " + superblocks and large blocks out " + std::to_string(out) + " != arena size " +
+                             " + superblocks and blocks out " + std::to_string(out) + " != arena size " +
                              std::to_string(whole_.size));
     }
     free_.for_each([this](address_range range) {
@@ -139,7 +140,7 @@ class global_arena {
   std::size_t const superblock_size_;  // every superblock handed out has exactly this size
   free_range_set free_;                // coalesced everywhere
   std::size_t superblocks_out_{};      // superblocks in local arenas
-  std::size_t large_bytes_out_{};      // bytes of live large blocks
+  std::size_t block_bytes_out_{};      // bytes of live blocks (not superblocks)
 };
 
 }  // namespace gpumem::detail
