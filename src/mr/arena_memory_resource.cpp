@@ -29,6 +29,7 @@
 #include <shared_mutex>
 #include <sstream>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -279,7 +280,11 @@ struct arena_memory_resource::impl {
   void report_invalid(void const* ptr, std::size_t bytes, char const* why) noexcept
   {
     invalid_deallocations.fetch_add(1, std::memory_order_relaxed);
-    std::fprintf(stderr, "gpumem %s: deallocate(%p, %zu): %s; ignored\n", resource_name, ptr, bytes, why);
+    try {
+      detail::report_deallocation_misuse(std::string{"gpumem "} + resource_name + ": deallocate(" + format_pointer(ptr) +
+                                         ", " + std::to_string(bytes) + "): " + why + "; ignored");
+    } catch (...) {  // NOLINT(bugprone-empty-catch): std::bad_alloc building the message; the count stands
+    }
   }
 
   /// Waits for `stream`'s work so that a block freed on it may go to another stream. @return success.

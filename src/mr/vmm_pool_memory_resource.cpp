@@ -247,7 +247,8 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
     heap_->give_back(reinterpret_cast<std::uintptr_t>(ptr), rounded, mask);
     bytes_in_use_ -= rounded;
     // O(1) test first: only when the free bytes could hold more than the threshold in whole slabs.
-    if (release_threshold_ && heap_->free_bytes() >= *release_threshold_ + heap_->slab_size()) {
+    if (release_threshold_ && heap_->free_bytes() >= *release_threshold_ &&
+        heap_->free_bytes() - *release_threshold_ >= heap_->slab_size()) {
       release_over_threshold();
     }
   } catch (logic_error const& e) {  // a double free or a foreign pointer (virtual_heap::give_back); unchanged

@@ -46,6 +46,18 @@ namespace {
 
 using namespace std::chrono_literals;
 using test::counting_resource;
+
+template <class T>
+concept unified_buffer_of = requires { typename unified_buffer<T>; };
+struct alignas(256) aligned_256 {
+  std::byte bytes[256];
+};
+struct alignas(512) aligned_512 {
+  std::byte bytes[512];
+};
+static_assert(unified_buffer_of<int> && unified_buffer_of<aligned_256>);
+static_assert(!unified_buffer_of<std::string>, "copies are bytewise");
+static_assert(!unified_buffer_of<aligned_512>, "both copies are 256-byte aligned: every other element would be misaligned");
 using test::device_read;
 using test::device_write;
 using test::pattern;

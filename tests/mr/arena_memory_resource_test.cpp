@@ -247,6 +247,8 @@ TEST(arena_memory_resource, invalid_deallocations_are_reported_and_change_nothin
   r.deallocate(large, 2 * MiB);                                       // freed twice
   std::string const printed = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(r.invalid_deallocations(), 5U) << printed;
+  EXPECT_THROW(r.checked_deallocate(p, 1000), logic_error) << "checked_deallocate reports a double free";
+  EXPECT_EQ(r.invalid_deallocations(), 6U);
   EXPECT_NE(printed.find("arena_memory_resource"), std::string::npos) << printed;
   r.check_invariants();
   r.deallocate(keep, 1000);

@@ -48,6 +48,7 @@
 #include <gpumem/buffer/buffer_state.hpp>
 #include <gpumem/buffer/detail/unified_storage.hpp>
 #include <gpumem/buffer/unified_options.hpp>
+#include <gpumem/mr/detail/align.hpp>
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/error.hpp>
 
@@ -95,11 +96,12 @@ class residency_guard {
 
 /**
  * @brief `size()` elements of T with a host copy and a device copy (see the file comment).
- * @tparam T trivially copyable: copies are bytewise.
+ * @tparam T trivially copyable: copies are bytewise; aligned to at most the 256 bytes that both copies
+ *         guarantee (a type aligned to more is refused at compile time, as device_uvector refuses it).
  * Movable (the moved-from buffer throws logic_error on any access but size() and valid()); not copyable.
  */
 template <class T>
-  requires std::is_trivially_copyable_v<T>
+  requires std::is_trivially_copyable_v<T> && (alignof(T) <= detail::allocation_alignment)
 class unified_buffer {
  public:
   using value_type = T;
