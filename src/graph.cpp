@@ -57,10 +57,8 @@ void graph::capture_end()
   auto& backend = detail::get_backend();
   try {
     graph_ = backend.stream_end_capture(capture_stream_);
-  } catch (cuda_error const& e) {
-    // Ended on the wrong thread, the capture goes on; any other failure has ended it (CUDA takes every
-    // stream of a capture out of capture mode, also when the capture fails).
-    if (e.code() != cudaErrorStreamCaptureWrongThread) { capturing_ = false; }
+  } catch (cuda_error const&) {
+    capturing_ = false;  // CUDA takes every stream of a capture out of capture mode, also when ending fails
     throw;
   }
   capturing_ = false;

@@ -53,8 +53,8 @@ class GPUMEM_EXPORT graph {
    * @throws gpumem::logic_error if capture_begin was not called.
    * @throws gpumem::cuda_error as cudaStreamEndCapture: cudaErrorStreamCaptureInvalidated (a forbidden call
    *         during the capture), cudaErrorStreamCaptureUnjoined (a forked stream not joined back),
-   *         cudaErrorStreamCaptureWrongThread (a capture not begun in relaxed mode ended on another thread:
-   *         it goes on, and is_capturing() stays true). After any other failure is_capturing() is false.
+   *         cudaErrorStreamCaptureWrongThread (a capture not begun in relaxed mode ended on another thread).
+   *         After any failure the capture is over (as CUDA ends it) and is_capturing() is false.
    */
   void capture_end();
   /**

@@ -60,11 +60,12 @@ std::vector<capture_sequence::node> capture_rules::end(stream_queue& origin)
     fail(cudaErrorStreamCaptureUnmatched,
          "stream_end_capture on a stream that joined a capture: end it on the stream that began it");
   }
+  capture_sequence::outcome ended = capture->end();  // CUDA ends the capture also when it refuses to end it
   if (capture->mode() != capture_mode::relaxed && capture->thread() != std::this_thread::get_id()) {
     fail(cudaErrorStreamCaptureWrongThread,
-         "stream_end_capture: a capture not begun in relaxed mode must end on the thread that began it");
+         "stream_end_capture: a capture not begun in relaxed mode must end on the thread that began it (the "
+         "capture is over)");
   }
-  capture_sequence::outcome ended = capture->end();
   if (!ended.invalidated_by.empty()) {
     fail(cudaErrorStreamCaptureInvalidated, "stream_end_capture: the capture was invalidated by " + ended.invalidated_by);
   }

@@ -299,6 +299,7 @@ class host_backend final : public backend {
   {
     auto const queue = resolve(stream);
     captures_.refuse_if_capturing(*queue, "stream_synchronize", cudaErrorStreamCaptureUnsupported);
+    captures_.check_unsafe_call("stream_synchronize");
     queue->synchronize();
   }
 
@@ -306,6 +307,7 @@ class host_backend final : public backend {
   {
     auto const queue = resolve(stream);
     captures_.refuse_if_capturing(*queue, "stream_query", cudaErrorStreamCaptureUnsupported);
+    captures_.check_unsafe_call("stream_query");
     return queue->idle();
   }
 
