@@ -16,15 +16,19 @@
 #include <gpumem/error.hpp>
 #include <gpumem/event.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
-#include <gpumem/replay/allocation_log.hpp>
+#include <gpumem/replay/log_source.hpp>
 #include <gpumem/report/html_report.hpp>
+#include <gpumem/report/staged_file.hpp>
 
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
+#include <new>
 #include <optional>
+#include <stdexcept>
 #include <ostream>
 #include <span>
 #include <string>
@@ -34,6 +38,8 @@ namespace gpumem::cli {
 namespace {
 
 constexpr std::size_t default_elements = std::size_t{1} << 22;  // 4 Mi int32 = 16 MiB per buffer
+/// The most elements whose two buffers' bytes still fit in a size_t.
+constexpr std::size_t max_elements = std::numeric_limits<std::size_t>::max() / (2 * sizeof(std::int32_t));
 constexpr unsigned char fill_byte = 0x5a;
 constexpr std::int32_t fill_value = 0x5a5a5a5a;
 
@@ -65,8 +71,10 @@ demo_command parse(std::span<std::string_view const> args)
     if (a == "--elements") {
       std::string_view const text = value();
       auto const [end, error] = std::from_chars(text.data(), text.data() + text.size(), c.elements);
-      if (error != std::errc{} || end != text.data() + text.size() || c.elements == 0) {
-        throw usage_error("--elements needs a positive integer, not '" + std::string{text} + "'");
+      if (error != std::errc{} || end != text.data() + text.size() || c.elements == 0 || c.elements > max_elements) {
+        throw usage_error("demo: --elements needs an integer from 1 to " + std::to_string(max_elements) +
+                          " (two buffers of that many int32 must be countable in bytes), not '" + std::string{text} +
+                          "'");
       }
     } else if (a == "--log") {
       c.log = std::string{value()};
@@ -136,6 +144,18 @@ std::optional<std::size_t> first_mismatch(std::vector<std::int32_t> const& got, 
   return std::nullopt;
 }
 
+/// `elements` int32 of host memory. @throws gpumem::bad_alloc naming the buffer when the host has not that much.
+std::vector<std::int32_t> host_buffer(std::size_t elements, std::string_view name)
+{
+  try {
+    return std::vector<std::int32_t>(elements);
+  } catch (std::bad_alloc const&) {
+  } catch (std::length_error const&) {
+  }
+  throw bad_alloc("demo: cannot allocate " + std::string{name} + " on the host: " + std::to_string(elements) +
+                  " int32 (" + format_bytes(elements * sizeof(std::int32_t)) + ")");
+}
+
 /// Part 1: the round trip. @return true when every element came back as written.
 bool round_trip(std::size_t elements, std::ostream& out)
 {
@@ -152,7 +172,7 @@ bool round_trip(std::size_t elements, std::ostream& out)
 
   cuda_stream stream;
   step_timer timed{stream.view(), out};
-  std::vector<std::int32_t> host(elements);
+  std::vector<std::int32_t> host = host_buffer(elements, "the source buffer");
   for (std::size_t i = 0; i < elements; ++i) { host[i] = pattern(i); }
 
   std::optional<device_uvector<std::int32_t>> a;
@@ -167,8 +187,8 @@ bool round_trip(std::size_t elements, std::ostream& out)
         [&] { backend.memcpy_async(a->data(), host.data(), bytes, stream.value()); });
   timed("memset b to 0x5a bytes", bytes, [&] { backend.memset_async(b->data(), fill_byte, bytes, stream.value()); });
 
-  std::vector<std::int32_t> a_back(elements);
-  std::vector<std::int32_t> b_back(elements);
+  std::vector<std::int32_t> a_back = host_buffer(elements, "the buffer a is copied back to");
+  std::vector<std::int32_t> b_back = host_buffer(elements, "the buffer b is copied back to");
   timed("copy a -> host", bytes, [&] { backend.memcpy_async(a_back.data(), a->data(), bytes, stream.value()); });
   timed("copy b -> host", bytes, [&] { backend.memcpy_async(b_back.data(), b->data(), bytes, stream.value()); });
 
@@ -192,17 +212,15 @@ bool round_trip(std::size_t elements, std::ostream& out)
   return ok;
 }
 
-/// Part 2: the replay of a real program's log, and its report.
-void replay_and_report(demo_command const& c, std::string const& command, std::ostream& out)
+/// Part 2: the replay of a real program's log, and its report (into `page`, created before part 1).
+void replay_and_report(demo_command const& c, std::string const& command, staged_file& page, std::ostream& out)
 {
-  std::string const path = c.log ? *c.log : find_bundled_log();
-  allocation_log const log = read_allocation_log(path);
-  out << "\n== 2. a real program's allocations replayed against every resource\n"
-      << "log: " << path << " (" << log.events.size() << " events, peak live " << compact_bytes(peak_live_bytes(log))
-      << (c.simulate ? "; simulated upstream" : "") << ")\n";
+  log_source log{c.log ? *c.log : find_bundled_log()};
+  out << "\n== 2. a real program's allocations replayed against every resource\n";
   std::vector<std::string> const resources = select_replay_resources(std::nullopt, c.simulate, "demo");
   report_input const input = build_report(log, resources, c.simulate, command, out);
-  write_html_report(c.report, input);
+  page.write(render_html_report(input));
+  page.commit();
   out << "ratio = peak bytes taken from the device / peak bytes the program had live (1.000 is no waste)\n"
       << "wrote the report: " << std::filesystem::absolute(c.report).string() << " (open it in a browser)\n";
 }
@@ -212,11 +230,11 @@ void replay_and_report(demo_command const& c, std::string const& command, std::o
 int run_demo(std::span<std::string_view const> args, std::ostream& out)
 {
   demo_command const c = parse(args);
-  std::string command = "gpumem demo";
-  for (std::string_view const a : args) { command += " " + std::string{a}; }
+  std::string const command = command_line("demo", args);
+  staged_file page{c.report};  // an unwritable report path fails now, not after the work
   out << "gpumem demo\n";
   bool const ok = round_trip(c.elements, out);
-  replay_and_report(c, command, out);
+  replay_and_report(c, command, page, out);
   if (!ok) {
     out << "demo FAILED\n";
     return 1;

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <regex>
@@ -327,6 +328,16 @@ TEST(html_report, size_histogram_counts_allocate_rows_in_exact_log2_buckets)
   EXPECT_EQ(h.counts, counts);
   EXPECT_EQ(h.bytes, bytes);
   EXPECT_EQ(allocation_size_histogram(log_of("")).counts, (std::array<std::size_t, 64>{}));
+}
+
+TEST(html_report, size_histogram_bytes_saturate_instead_of_wrapping)
+{
+  allocation_log const log = log_of(
+    "1,13:09:44.158987,allocate,0x100,18446744073709551615,0x0\n"   // 2^64 - 1: bucket 63
+    "1,13:09:44.158988,allocate,0x200,9223372036854775808,0x0\n");  // 2^63: bucket 63 too
+  size_histogram const h = allocation_size_histogram(log);
+  EXPECT_EQ(h.counts[63], 2U);
+  EXPECT_EQ(h.bytes[63], std::numeric_limits<std::size_t>::max());
 }
 
 TEST(html_report, page_with_three_resources_shows_every_chart_and_escapes_text)
