@@ -414,6 +414,14 @@ TEST(html_report, lines_follow_the_samples_and_stay_in_the_frame)
   EXPECT_EQ(std::adjacent_find(colours.begin(), colours.end()), colours.end());
 }
 
+TEST(html_report, bytes_up_to_2_to_the_64_keep_a_unit)
+{
+  report_input input = make_input({});
+  input.log_peak_live_bytes = std::numeric_limits<std::size_t>::max();
+  std::string const page = render_html_report(input);
+  EXPECT_NE(page.find("peak live 16 EiB."), std::string::npos) << "not 16384 PiB";
+}
+
 TEST(html_report, page_without_resources_is_well_formed)
 {
   report_input const input = make_input({});
