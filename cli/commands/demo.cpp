@@ -26,9 +26,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
-#include <new>
 #include <optional>
-#include <stdexcept>
 #include <ostream>
 #include <span>
 #include <string>
@@ -144,25 +142,20 @@ std::optional<std::size_t> first_mismatch(std::vector<std::int32_t> const& got, 
   return std::nullopt;
 }
 
-/// `elements` int32 of host memory. @throws gpumem::bad_alloc naming the buffer when the host has not that much.
-std::vector<std::int32_t> host_buffer(std::size_t elements, std::string_view name)
-{
-  try {
-    return std::vector<std::int32_t>(elements);
-  } catch (std::bad_alloc const&) {
-  } catch (std::length_error const&) {
-  }
-  throw bad_alloc("demo: cannot allocate " + std::string{name} + " on the host: " + std::to_string(elements) +
-                  " int32 (" + format_bytes(elements * sizeof(std::int32_t)) + ")");
-}
-
 /// Part 1: the round trip. @return true when every element came back as written.
 bool round_trip(std::size_t elements, std::ostream& out)
 {
-  std::size_t const bytes = elements * sizeof(std::int32_t);
+  std::size_t const bytes = elements * sizeof(std::int32_t);  // parse() bounds elements: no overflow
   auto& backend = detail::get_backend();
   mr::device_memory_resource* const resource = mr::get_current_device_resource();
   cuda_device_id const device = get_current_cuda_device();
+  // Two buffers larger than the whole device can never be allocated: say so before allocating anything,
+  // host memory included.
+  if (std::size_t const total = available_device_memory(device).total; 2 * bytes > total) {
+    throw bad_alloc("demo: --elements " + std::to_string(elements) + " needs two buffers of " + format_bytes(bytes) +
+                    ", more than device " + std::to_string(device.value()) + " has (" + format_bytes(total) +
+                    "); give fewer elements");
+  }
 
   out << "== 1. a stream-ordered round trip through the current device resource\n"
       << "backend: " << to_string(backend.kind()) << ", device " << device.value() << " ("
@@ -172,7 +165,7 @@ bool round_trip(std::size_t elements, std::ostream& out)
 
   cuda_stream stream;
   step_timer timed{stream.view(), out};
-  std::vector<std::int32_t> host = host_buffer(elements, "the source buffer");
+  std::vector<std::int32_t> host(elements);
   for (std::size_t i = 0; i < elements; ++i) { host[i] = pattern(i); }
 
   std::optional<device_uvector<std::int32_t>> a;
@@ -187,8 +180,8 @@ bool round_trip(std::size_t elements, std::ostream& out)
         [&] { backend.memcpy_async(a->data(), host.data(), bytes, stream.value()); });
   timed("memset b to 0x5a bytes", bytes, [&] { backend.memset_async(b->data(), fill_byte, bytes, stream.value()); });
 
-  std::vector<std::int32_t> a_back = host_buffer(elements, "the buffer a is copied back to");
-  std::vector<std::int32_t> b_back = host_buffer(elements, "the buffer b is copied back to");
+  std::vector<std::int32_t> a_back(elements);
+  std::vector<std::int32_t> b_back(elements);
   timed("copy a -> host", bytes, [&] { backend.memcpy_async(a_back.data(), a->data(), bytes, stream.value()); });
   timed("copy b -> host", bytes, [&] { backend.memcpy_async(b_back.data(), b->data(), bytes, stream.value()); });
 
