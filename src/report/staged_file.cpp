@@ -43,7 +43,12 @@ staged_file::staged_file(std::filesystem::path destination) : destination_{std::
   target_ = exists ? std::filesystem::canonical(destination_, error) : destination_;
   if (error) { fail(destination_, error.value()); }
   std::filesystem::path const folder = target_.has_parent_path() ? target_.parent_path() : ".";
-  std::string const stem = "." + target_.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-";
+  // Appended piece by piece: GCC 12 reports a false -Wrestrict on `"." + std::string` at -O3.
+  std::string stem = ".";
+  stem += target_.filename().string();
+  stem += ".tmp-";
+  stem += std::to_string(::getpid());
+  stem += '-';
   do {
     temporary_ = folder / (stem + std::to_string(temporary_count.fetch_add(1)));
     fd_ = ::open(temporary_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
