@@ -18,4 +18,16 @@ std::size_t parse_count(std::string_view text, std::string_view option, std::str
   return value;
 }
 
+std::string command_line(std::string_view command, std::span<std::string_view const> args)
+{
+  // Appended piece by piece: GCC 12 reports a false -Wrestrict on `text += " " + std::string{a}` at -O3.
+  std::string text = "gpumem ";
+  text += command;
+  for (std::string_view const a : args) {
+    text += ' ';
+    text += a;
+  }
+  return text;
+}
+
 }  // namespace gpumem::cli

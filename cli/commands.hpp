@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 
 namespace gpumem::cli {
@@ -22,6 +23,9 @@ class usage_error : public std::invalid_argument {
 /// The value of `option` (an integer in [minimum, 1000]) for `command`. @throws usage_error naming both otherwise.
 std::size_t parse_count(std::string_view text, std::string_view option, std::string_view command,
                         std::size_t minimum = 1);
+
+/// "gpumem COMMAND ARG...": the command line as the user typed it, for a report's header.
+[[nodiscard]] std::string command_line(std::string_view command, std::span<std::string_view const> args);
 
 /// `gpumem info`: backend, runtime and driver versions, and every device's properties and memory.
 int run_info(std::span<std::string_view const> args, std::ostream& out);

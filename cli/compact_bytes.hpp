@@ -1,4 +1,5 @@
-// Bytes as a table cell: "8.74 GiB", "512 B" (the commands' --csv output prints exact bytes instead).
+// Bytes as a table cell: "8.74 GiB", "512 B", at most "16.00 EiB" (2^64 - 1 bytes), so that a cell never
+// outgrows its column (the commands' --csv output prints exact bytes instead).
 #pragma once
 
 #include <array>
@@ -10,7 +11,7 @@ namespace gpumem::cli {
 
 [[nodiscard]] inline std::string compact_bytes(std::size_t bytes)
 {
-  constexpr std::array<char const*, 5> units{"B", "KiB", "MiB", "GiB", "TiB"};
+  constexpr std::array<char const*, 7> units{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double value = static_cast<double>(bytes);
   std::size_t unit = 0;
   while (value >= 1024.0 && unit + 1 < units.size()) {

@@ -1,12 +1,16 @@
 // `gpumem`: the command-line front end. Parses the subcommand, runs it, and maps failures to exit codes:
-// 0 success, 1 a failed check or any error ("gpumem: error: ..."), 2 a command line it cannot understand.
+// 0 success, 1 a failed check or any error ("gpumem: error: ..."; output that could not be written too), 2 a
+// command line it cannot understand.
 // The commands themselves live in commands/; the logic they show lives in the library.
 #include "commands.hpp"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -21,7 +25,8 @@ constexpr std::string_view usage =
   "                        (N int32 elements per buffer, default 4194304)\n"
   "  replay LOG [LOG...] [--resource LIST] [--simulate] [--slab-mib N] [--mapping-mib N]\n"
   "         [--mapping-divisor N] [--repeat N] [--csv]\n"
-  "                        replay allocation logs (RMM CSV, plain or gzip) against resources and print\n"
+  "                        replay allocation logs (RMM CSV, plain or gzip; LOG may be - for standard\n"
+  "                        input, a pipe or a FIFO) against resources and print\n"
   "                        ns/op, peak upstream and live bytes, their ratio, failures, unknown frees;\n"
   "                        LIST: comma-separated, from pool,vmm,arena,binning,cuda_async,cuda (default:\n"
   "                        all); --simulate: pool/vmm/arena/binning over a simulated 1 TiB upstream (no\n"
@@ -39,9 +44,7 @@ constexpr std::string_view usage =
   "  GPUMEM_BACKEND=cuda|host   force a backend (default: cuda when a device is present, else host)\n"
   "  GPUMEM_HOST_MEMORY=BYTES   capacity of each emulated device under the host backend\n";
 
-}  // namespace
-
-int main(int argc, char** argv)
+int run_command(int argc, char** argv)
 {
   std::vector<std::string_view> const args(argv + (argc > 0 ? 1 : 0), argv + argc);
   if (args.empty()) {
@@ -78,4 +81,23 @@ int main(int argc, char** argv)
     std::cerr << "gpumem: error: unknown exception\n";
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv)
+{
+  int const status = run_command(argc, argv);
+  // Output that could not be written (a full disk, /dev/full) must not pass for a success. The reason is
+  // known only when the last flush is the one that failed.
+  errno = 0;
+  bool const written = static_cast<bool>(std::cout.flush()) && std::fflush(stdout) == 0 && std::ferror(stdout) == 0;
+  if (!written) {
+    int const error = errno;
+    std::cerr << "gpumem: error: cannot write the output to standard output"
+              << (error != 0 ? std::string{": "} + std::strerror(error) : std::string{" (what was printed is incomplete)"})
+              << '\n';
+    return 1;
+  }
+  return status;
 }

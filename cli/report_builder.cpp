@@ -2,6 +2,7 @@
 #include "report_builder.hpp"
 
 #include "compact_bytes.hpp"
+#include "library_log.hpp"
 #include "progress_bar.hpp"
 
 #include <gpumem/backend/backend.hpp>
@@ -11,7 +12,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 #include <ostream>
+#include <span>
 
 namespace gpumem::cli {
 namespace {
@@ -29,39 +32,55 @@ std::string environment_line(bool simulate)
 
 }  // namespace
 
-report_input build_report(allocation_log const& log, std::vector<std::string> const& resources, bool simulate,
+report_input build_report(log_source& log, std::vector<std::string> const& resources, bool simulate,
                           std::string const& command, std::ostream& out)
 {
   report_input input;
-  input.title = "gpumem report: " + std::filesystem::path{log.source}.filename().string();
-  input.log_source = log.source;
-  input.log_events = log.events.size();
-  input.log_peak_live_bytes = peak_live_bytes(log);
-  if (!log.events.empty()) { input.log_duration_ns = log.events.back().time_ns - log.events.front().time_ns; }
-  input.sizes = allocation_size_histogram(log);
+  input.title = "gpumem report: " + std::filesystem::path{log.name()}.filename().string();
+  input.log_source = log.name();
   input.environment = environment_line(simulate);
   input.command = command;
+  // What the page says of the log itself, gathered while the first resource replays it.
+  auto const learn_log = [&input](std::span<log_event const> rows) {
+    for (log_event const& row : rows) { input.sizes.add(row); }
+    input.log_duration_ns = rows.back().time_ns;  // the first row is at 0
+  };
 
-  char header[160];
-  std::snprintf(header, sizeof header, "%-11s %9s %14s %12s %8s %9s\n", "resource", "ns/op", "peak upstream",
-                "peak live", "ratio", "failures");
-  out << header;
+  library_log_summary library_log;
   for (std::string const& name : resources) {
     report_resource entry;
     entry.name = name;
     if (replay_resource_info const* const info = find_replay_resource(name)) { entry.description = info->description; }
     {
       replay_resource r = make_replay_resource(name, {.simulate = simulate});
-      progress_bar progress{log.source + " on " + name + " (timing)"};
-      entry.result = replay(log, r, {.progress = progress.callback()});
+      progress_bar progress{log.name() + " on " + name + " (timing)"};
+      allocation_log_reader rows = log.open();
+      replay_options options{.progress = progress.callback()};
+      if (input.resources.empty()) { options.on_rows = learn_log; }
+      entry.result = replay(rows, r, options);
       entry.reserves_upfront = r.reserves_upfront();
+      progress.clear();
+      library_log.report(std::cerr, log.name() + " on " + name + " (timing)");
     }
     {
       replay_resource r = make_replay_resource(name, {.simulate = simulate});
-      progress_bar progress{log.source + " on " + name + " (timeline)"};
-      (void)replay(log, r, {.progress = progress.callback(), .timeline = &entry.timeline});
+      progress_bar progress{log.name() + " on " + name + " (timeline)"};
+      allocation_log_reader rows = log.open();
+      (void)replay(rows, r, {.progress = progress.callback(), .timeline = &entry.timeline});
+      progress.clear();
+      library_log.report(std::cerr, log.name() + " on " + name + " (timeline)");
     }
     replay_result const& res = entry.result;
+    if (input.resources.empty()) {
+      input.log_events = res.events;
+      input.log_peak_live_bytes = res.peak_live_bytes;
+      out << "log: " << log.name() << " (" << res.events << " events, peak live " << compact_bytes(res.peak_live_bytes)
+          << (simulate ? "; simulated upstream" : "") << ")\n";
+      char header[160];
+      std::snprintf(header, sizeof header, "%-11s %9s %14s %12s %8s %9s\n", "resource", "ns/op", "peak upstream",
+                    "peak live", "ratio", "failures");
+      out << header;
+    }
     char ratio[32] = "-";
     if (res.fragmentation) {
       std::snprintf(ratio, sizeof ratio, "%.3f%s", *res.fragmentation, entry.reserves_upfront ? "*" : "");

@@ -64,7 +64,7 @@ present() {
   esac || dpkg_has "$1"
 }
 
-# zlib1g-dev: gzip-compressed allocation logs (optional to the build: without it, `gzip -dc` is used).
+# zlib1g-dev: gzip-compressed allocation logs.
 packages=(cmake ninja-build g++ libgtest-dev libgmock-dev googletest libbenchmark-dev zlib1g-dev)
 if [[ ${GPUMEM_DEPS_TESTS:-0} == 1 ]]; then
   packages+=(python3 chromium)

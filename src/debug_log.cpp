@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 #include <mutex>
+#include <utility>
 
 namespace gpumem {
 namespace {
@@ -23,6 +24,7 @@ struct log_state {
   std::mutex mutex;
   std::FILE* file{nullptr};  // guarded by mutex: nullptr means stderr; otherwise owned
   log_level level{default_level};  // guarded by mutex: the configured level (log_threshold mirrors it)
+  std::function<void(log_level, std::string_view)> handler;  // guarded by mutex: empty means the file
 };
 
 log_state& state()
@@ -96,6 +98,17 @@ void write_log(log_level level, std::string_view message) noexcept
 {
   ensure_environment_read();
   if (!log_enabled(level) || level == log_level::off) { return; }
+  {
+    log_state& s = state();
+    std::lock_guard const lock{s.mutex};
+    if (s.handler) {
+      try {
+        s.handler(level, message);
+      } catch (...) {  // logging must never change what the caller does
+      }
+      return;
+    }
+  }
   auto const now = std::chrono::system_clock::now();
   auto const micros = std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count();
   std::time_t const seconds = static_cast<std::time_t>(micros / 1'000'000);
@@ -111,6 +124,14 @@ void write_log(log_level level, std::string_view message) noexcept
   std::fflush(out);
 }
 }  // namespace detail
+
+void set_log_handler(std::function<void(log_level, std::string_view)> handler)
+{
+  ensure_environment_read();
+  log_state& s = state();
+  std::lock_guard const lock{s.mutex};
+  s.handler = std::move(handler);
+}
 
 std::string_view to_string(log_level level) noexcept
 {

@@ -1,9 +1,13 @@
 // `gpumem bench [--workload LIST] [--resource LIST] [--repeat N] [--quick] [--csv]`: shared/BENCHMARKS.md's
 // allocation workloads (fixed/<size>, random, random_mt/<T>) on resources from the replay registry, each on
-// a fresh resource; one row per workload and resource with the median ns/op of the timed passes. The
-// workloads and their timing are the library's (bench/workload.hpp, bench/measure.hpp).
+// a fresh resource; one row per workload and resource with the median ns/op of the timed passes. A resource
+// that fails a workload (out of memory, a failed check) gets a row that says so, and the others still run;
+// what the library logs meanwhile is counted and summarised per row (library_log.hpp). The workloads and
+// their timing are the library's (bench/workload.hpp, bench/measure.hpp).
 #include "commands.hpp"
 #include "compact_bytes.hpp"
+#include "csv_field.hpp"
+#include "library_log.hpp"
 #include "resource_selection.hpp"
 
 #include <gpumem/bench/measure.hpp>
@@ -13,6 +17,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
+#include <iostream>
+#include <new>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -85,17 +92,34 @@ bench_command parse(std::span<std::string_view const> args)
   return c;
 }
 
-/// One output row.
+/// One output row: a measurement, or why there is none.
 struct row {
   std::string workload;
   std::string resource;
   bench::measurement m;
   std::optional<std::size_t> peak_upstream;
   bool reserves_upfront{};
+  std::string failure;  // empty: measured
 };
+
+void print_failure(row const& r, bool csv, std::ostream& out)
+{
+  if (csv) {
+    out << csv_field(r.workload) << ',' << csv_field(r.resource) << ",,,,,,,,," << csv_field(r.failure) << '\n';
+  } else {
+    char head[64];
+    std::snprintf(head, sizeof head, "%-14s %-11s ", r.workload.c_str(), r.resource.c_str());
+    out << head << "failed: " << r.failure << '\n';
+  }
+  out.flush();
+}
 
 void print(row const& r, bool csv, std::ostream& out)
 {
+  if (!r.failure.empty()) {
+    print_failure(r, csv, out);
+    return;
+  }
   auto const [min_it, max_it] = std::minmax_element(r.m.ns_per_op.begin(), r.m.ns_per_op.end());
   double const median = r.m.median_ns_per_op();
   std::optional<double> ratio;
@@ -106,8 +130,8 @@ void print(row const& r, bool csv, std::ostream& out)
   if (csv) {
     std::string const upstream = r.peak_upstream ? std::to_string(*r.peak_upstream) : "";
     std::string const fragmentation = ratio ? std::to_string(*ratio) : "";
-    std::snprintf(line, sizeof line, "%s,%s,%.2f,%.2f,%.2f,%zu,%zu,%s,%zu,%s\n", r.workload.c_str(),
-                  r.resource.c_str(), median, *min_it, *max_it, r.m.ns_per_op.size(), r.m.ops_per_pass,
+    std::snprintf(line, sizeof line, "%s,%s,%.2f,%.2f,%.2f,%zu,%zu,%s,%zu,%s,\n", csv_field(r.workload).c_str(),
+                  csv_field(r.resource).c_str(), median, *min_it, *max_it, r.m.ns_per_op.size(), r.m.ops_per_pass,
                   upstream.c_str(), r.m.peak_live_bytes, fragmentation.c_str());
   } else {
     char ratio_text[32] = "-";
@@ -132,7 +156,7 @@ int run_bench(std::span<std::string_view const> args, std::ostream& out)
 
   if (c.csv) {
     out << "workload,resource,ns_per_op_median,ns_per_op_min,ns_per_op_max,repeats,ops_per_pass,"
-           "peak_upstream_bytes,peak_live_bytes,fragmentation\n";
+           "peak_upstream_bytes,peak_live_bytes,fragmentation,failure\n";
   } else {
     out << "gpumem bench: median of " << c.repeats << " timed passes after an untimed verification pass"
         << (c.quick ? " (--quick: small workloads)" : "") << "\n";
@@ -146,18 +170,32 @@ int run_bench(std::span<std::string_view const> args, std::ostream& out)
   std::vector<cuda_stream_view> views;
   for (std::size_t i = 0; i < streams.get_pool_size(); ++i) { views.push_back(streams.get_stream(i)); }
 
-  auto const run = [&](std::string const& name, auto&& measure) {
-    replay_resource r = make_replay_resource(name);
-    row result{.workload = {}, .resource = name, .m = measure(r.get()), .peak_upstream = {}, .reserves_upfront = r.reserves_upfront()};
-    result.workload = result.m.workload;
-    if (name != "cuda") { result.peak_upstream = r.peak_upstream_bytes(); }
+  library_log_summary library_log;
+  bool any_error = false;  // a failure other than out-of-memory: the exit status says so
+  auto const run = [&](std::string const& workload, std::string const& name, auto&& measure) {
+    row result{.workload = workload, .resource = name, .m = {}, .peak_upstream = {}, .reserves_upfront = false,
+               .failure = {}};
+    try {
+      replay_resource r = make_replay_resource(name);
+      result.reserves_upfront = r.reserves_upfront();
+      result.m = measure(r.get());
+      if (name != "cuda") { result.peak_upstream = r.peak_upstream_bytes(); }
+    } catch (std::bad_alloc const& e) {
+      std::string_view const what = e.what();
+      result.failure = what.starts_with("out of memory") ? std::string{what} : "out of memory: " + std::string{what};
+    } catch (std::exception const& e) {
+      result.failure = e.what();
+      any_error = true;
+    }
     print(result, c.csv, out);
+    library_log.report(std::cerr, workload + " on " + name);
   };
 
   if (c.fixed) {
     for (bench::fixed_size const& size : bench::fixed_sizes) {
+      std::string const workload = std::string{"fixed/"} + size.label;
       for (std::string const& name : c.resources) {
-        run(name, [&](mr::device_memory_resource& mr) {
+        run(workload, name, [&](mr::device_memory_resource& mr) {
           return bench::measure_fixed(mr, views[0], size, c.repeats, min_seconds);
         });
       }
@@ -166,7 +204,7 @@ int run_bench(std::span<std::string_view const> args, std::ostream& out)
   if (c.random) {
     std::vector<bench::sequence> const one = bench::split_random(shape, 1);
     for (std::string const& name : c.resources) {
-      run(name, [&](mr::device_memory_resource& mr) {
+      run("random", name, [&](mr::device_memory_resource& mr) {
         return bench::measure_random(mr, views, one, c.repeats, "random");
       });
     }
@@ -174,14 +212,15 @@ int run_bench(std::span<std::string_view const> args, std::ostream& out)
   if (c.random_mt) {
     for (std::size_t const threads : thread_counts) {
       std::vector<bench::sequence> const split = bench::split_random(shape, threads);
+      std::string const workload = "random_mt/" + std::to_string(threads);
       for (std::string const& name : c.resources) {
-        run(name, [&](mr::device_memory_resource& mr) {
-          return bench::measure_random(mr, views, split, c.repeats, "random_mt/" + std::to_string(threads));
+        run(workload, name, [&](mr::device_memory_resource& mr) {
+          return bench::measure_random(mr, views, split, c.repeats, workload);
         });
       }
     }
   }
-  return 0;
+  return any_error ? 1 : 0;
 }
 
 }  // namespace gpumem::cli

@@ -16,14 +16,16 @@
 #include <gpumem/error.hpp>
 #include <gpumem/event.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
-#include <gpumem/replay/allocation_log.hpp>
+#include <gpumem/replay/log_source.hpp>
 #include <gpumem/report/html_report.hpp>
+#include <gpumem/report/staged_file.hpp>
 
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -34,6 +36,8 @@ namespace gpumem::cli {
 namespace {
 
 constexpr std::size_t default_elements = std::size_t{1} << 22;  // 4 Mi int32 = 16 MiB per buffer
+/// The most elements whose two buffers' bytes still fit in a size_t.
+constexpr std::size_t max_elements = std::numeric_limits<std::size_t>::max() / (2 * sizeof(std::int32_t));
 constexpr unsigned char fill_byte = 0x5a;
 constexpr std::int32_t fill_value = 0x5a5a5a5a;
 
@@ -65,8 +69,10 @@ demo_command parse(std::span<std::string_view const> args)
     if (a == "--elements") {
       std::string_view const text = value();
       auto const [end, error] = std::from_chars(text.data(), text.data() + text.size(), c.elements);
-      if (error != std::errc{} || end != text.data() + text.size() || c.elements == 0) {
-        throw usage_error("--elements needs a positive integer, not '" + std::string{text} + "'");
+      if (error != std::errc{} || end != text.data() + text.size() || c.elements == 0 || c.elements > max_elements) {
+        throw usage_error("demo: --elements needs an integer from 1 to " + std::to_string(max_elements) +
+                          " (two buffers of that many int32 must be countable in bytes), not '" + std::string{text} +
+                          "'");
       }
     } else if (a == "--log") {
       c.log = std::string{value()};
@@ -139,10 +145,17 @@ std::optional<std::size_t> first_mismatch(std::vector<std::int32_t> const& got, 
 /// Part 1: the round trip. @return true when every element came back as written.
 bool round_trip(std::size_t elements, std::ostream& out)
 {
-  std::size_t const bytes = elements * sizeof(std::int32_t);
+  std::size_t const bytes = elements * sizeof(std::int32_t);  // parse() bounds elements: no overflow
   auto& backend = detail::get_backend();
   mr::device_memory_resource* const resource = mr::get_current_device_resource();
   cuda_device_id const device = get_current_cuda_device();
+  // Two buffers larger than the whole device can never be allocated: say so before allocating anything,
+  // host memory included.
+  if (std::size_t const total = available_device_memory(device).total; 2 * bytes > total) {
+    throw bad_alloc("demo: --elements " + std::to_string(elements) + " needs two buffers of " + format_bytes(bytes) +
+                    ", more than device " + std::to_string(device.value()) + " has (" + format_bytes(total) +
+                    "); give fewer elements");
+  }
 
   out << "== 1. a stream-ordered round trip through the current device resource\n"
       << "backend: " << to_string(backend.kind()) << ", device " << device.value() << " ("
@@ -192,17 +205,15 @@ bool round_trip(std::size_t elements, std::ostream& out)
   return ok;
 }
 
-/// Part 2: the replay of a real program's log, and its report.
-void replay_and_report(demo_command const& c, std::string const& command, std::ostream& out)
+/// Part 2: the replay of a real program's log, and its report (into `page`, created before part 1).
+void replay_and_report(demo_command const& c, std::string const& command, staged_file& page, std::ostream& out)
 {
-  std::string const path = c.log ? *c.log : find_bundled_log();
-  allocation_log const log = read_allocation_log(path);
-  out << "\n== 2. a real program's allocations replayed against every resource\n"
-      << "log: " << path << " (" << log.events.size() << " events, peak live " << compact_bytes(peak_live_bytes(log))
-      << (c.simulate ? "; simulated upstream" : "") << ")\n";
+  log_source log{c.log ? *c.log : find_bundled_log()};
+  out << "\n== 2. a real program's allocations replayed against every resource\n";
   std::vector<std::string> const resources = select_replay_resources(std::nullopt, c.simulate, "demo");
   report_input const input = build_report(log, resources, c.simulate, command, out);
-  write_html_report(c.report, input);
+  page.write(render_html_report(input));
+  page.commit();
   out << "ratio = peak bytes taken from the device / peak bytes the program had live (1.000 is no waste)\n"
       << "wrote the report: " << std::filesystem::absolute(c.report).string() << " (open it in a browser)\n";
 }
@@ -212,11 +223,11 @@ void replay_and_report(demo_command const& c, std::string const& command, std::o
 int run_demo(std::span<std::string_view const> args, std::ostream& out)
 {
   demo_command const c = parse(args);
-  std::string command = "gpumem demo";
-  for (std::string_view const a : args) { command += " " + std::string{a}; }
+  std::string const command = command_line("demo", args);
+  staged_file page{c.report};  // an unwritable report path fails now, not after the work
   out << "gpumem demo\n";
   bool const ok = round_trip(c.elements, out);
-  replay_and_report(c, command, out);
+  replay_and_report(c, command, page, out);
   if (!ok) {
     out << "demo FAILED\n";
     return 1;

@@ -1,15 +1,18 @@
 // `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--slab-mib N] [--mapping-mib N] [--mapping-divisor N]
 // [--repeat N] [--csv]`:
-// replays allocation logs against resources by name and prints one table per log (docs/formats.md). The reading, the replay and the
-// resources are the library's (replay/allocation_log.hpp, replay/replay.hpp, replay/replay_resource.hpp);
-// this file parses the command line and formats the results.
+// replays allocation logs against resources by name and prints one table per log (docs/formats.md). Each run
+// streams the log (a pipe or standard input is copied on its first pass when there are more runs). The
+// reading, the replay and the resources are the library's (replay/log_source.hpp, replay/replay.hpp,
+// replay/replay_resource.hpp); this file parses the command line and formats the results.
 #include "commands.hpp"
 #include "compact_bytes.hpp"
+#include "csv_field.hpp"
+#include "library_log.hpp"
 #include "progress_bar.hpp"
 #include "resource_selection.hpp"
 
 #include <gpumem/bench/measure.hpp>
-#include <gpumem/replay/allocation_log.hpp>
+#include <gpumem/replay/log_source.hpp>
 #include <gpumem/replay/replay.hpp>
 #include <gpumem/replay/replay_resource.hpp>
 
@@ -129,14 +132,9 @@ int run_replay(std::span<std::string_view const> args, std::ostream& out)
     out << "log,resource,ops,ns_per_op,peak_upstream_bytes,peak_live_bytes,ratio,failures,unknown_frees,"
            "log_failures,log_failures_reproduced,reserves_upfront,runs,ns_per_op_min,ns_per_op_max\n";
   }
+  library_log_summary library_log;
   for (std::string const& path : c.logs) {
-    allocation_log const log = read_allocation_log(path);
-    if (!c.csv) {
-      out << "log: " << path << " (" << log.events.size() << " events, peak live " << compact_bytes(peak_live_bytes(log))
-          << (c.simulate ? "; simulated upstream" : "")
-          << (c.repeats > 1 ? "; ns/op: median of " + std::to_string(c.repeats) + " runs, taking turns" : "") << ")\n";
-      print_table_header(out, c.repeats);
-    }
+    log_source source{path, c.resources.size() * c.repeats > 1 ? log_passes::many : log_passes::one};
     // Every run on a fresh resource; the resources take turns (pool, vmm, pool, vmm, ...), so that a slow
     // spell of the host falls on all of them (shared/BENCHMARKS.md: medians, ratios within one run).
     std::vector<std::vector<replay_result>> runs(c.resources.size());
@@ -148,11 +146,22 @@ int run_replay(std::span<std::string_view const> args, std::ostream& out)
                                                              .vmm_slab_size = c.vmm_slab_size,
                                                              .vmm_max_mapping_size = c.vmm_max_mapping_size,
                                                              .vmm_mapping_divisor = c.vmm_mapping_divisor});
-        progress_bar progress{path + " on " + name + (c.repeats > 1 ? " (run " + std::to_string(run + 1) + ")" : "")};
+        std::string const label =
+          source.name() + " on " + name + (c.repeats > 1 ? " (run " + std::to_string(run + 1) + ")" : "");
+        progress_bar progress{label};
+        allocation_log_reader log = source.open();
         runs[i].push_back(replay(log, r, {.progress = progress.callback()}));
         progress.clear();
+        library_log.report(std::cerr, label);
         upfront[i] = r.reserves_upfront();
       }
+    }
+    replay_result const& any = runs.front().front();  // what the log says is the same in every run
+    if (!c.csv) {
+      out << "log: " << source.name() << " (" << any.events << " events, peak live "
+          << compact_bytes(any.peak_live_bytes) << (c.simulate ? "; simulated upstream" : "")
+          << (c.repeats > 1 ? "; ns/op: median of " + std::to_string(c.repeats) + " runs, taking turns" : "") << ")\n";
+      print_table_header(out, c.repeats);
     }
     bool any_upfront = false;
     for (std::size_t i = 0; i < c.resources.size(); ++i) {
@@ -162,11 +171,12 @@ int run_replay(std::span<std::string_view const> args, std::ostream& out)
       any_upfront = any_upfront || upfront[i];
       std::size_t const upstream = result.peak_upstream_bytes.value_or(0);
       if (c.csv) {
-        out << path << ',' << name << ',' << result.ops << ',' << std::fixed << std::setprecision(1)
-            << t.median << ',' << upstream << ',' << result.peak_live_bytes << ',' << std::setprecision(4)
-            << result.fragmentation.value_or(0.0) << ',' << result.failures << ',' << result.unknown_frees << ','
-            << result.log_failures << ',' << result.log_failures_reproduced << ',' << (upfront[i] ? 1 : 0) << ','
-            << c.repeats << ',' << std::setprecision(1) << t.min << ',' << t.max << '\n';
+        out << csv_field(path) << ',' << csv_field(name) << ',' << result.ops << ',' << std::fixed
+            << std::setprecision(1) << t.median << ',' << upstream << ',' << result.peak_live_bytes << ','
+            << std::setprecision(4) << result.fragmentation.value_or(0.0) << ',' << result.failures << ','
+            << result.unknown_frees << ',' << result.log_failures << ',' << result.log_failures_reproduced << ','
+            << (upfront[i] ? 1 : 0) << ',' << c.repeats << ',' << std::setprecision(1) << t.min << ',' << t.max
+            << '\n';
       } else {
         std::ostringstream ratio;
         if (result.fragmentation) {

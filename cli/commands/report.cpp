@@ -1,11 +1,14 @@
 // `gpumem report LOG [--resource a,b] [--simulate] [-o FILE]`: replays one allocation log against each
 // resource twice (once for ns/op, once with a timeline for the plots) and writes the HTML page of
-// report/html_report.hpp. The replay and the page are the library's; this file parses the command line.
+// report/html_report.hpp. The output file is created (as a temporary file beside it) before the first
+// replay, so that an unwritable path fails at once, and replaces FILE only once the page is whole. The
+// replay and the page are the library's; this file parses the command line.
 #include "commands.hpp"
-#include "compact_bytes.hpp"
-#include "progress_bar.hpp"
 #include "report_builder.hpp"
 #include "resource_selection.hpp"
+
+#include <gpumem/replay/log_source.hpp>
+#include <gpumem/report/staged_file.hpp>
 
 #include <optional>
 #include <ostream>
@@ -63,14 +66,13 @@ report_command parse(std::span<std::string_view const> args)
 int run_report(std::span<std::string_view const> args, std::ostream& out)
 {
   report_command const c = parse(args);
-  std::string command = "gpumem report";
-  for (std::string_view const a : args) { command += " " + std::string{a}; }
+  std::string const command = command_line("report", args);
 
-  allocation_log const log = read_allocation_log(c.log);
-  out << "log: " << c.log << " (" << log.events.size() << " events, peak live " << compact_bytes(peak_live_bytes(log))
-      << (c.simulate ? "; simulated upstream" : "") << ")\n";
+  staged_file page{c.output};
+  log_source log{c.log};
   report_input const input = build_report(log, c.resources, c.simulate, command, out);
-  write_html_report(c.output, input);
+  page.write(render_html_report(input));
+  page.commit();
   out << "wrote " << c.output << '\n';
   return 0;
 }

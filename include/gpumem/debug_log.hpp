@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <concepts>
+#include <functional>
 #include <type_traits>
 #include <optional>
 #include <string>
@@ -41,6 +42,14 @@ GPUMEM_EXPORT void set_log_level(log_level level) noexcept;
  * @throws gpumem::logic_error if the file cannot be opened (the destination is then unchanged).
  */
 GPUMEM_EXPORT void set_log_file(std::string const& path);
+/**
+ * @brief Sends every line that passes the level to `handler` (its level and message, without the time)
+ * instead of the file or stderr; an empty handler sends them there again. For tools that count and
+ * summarise what a long run logs (`gpumem replay` and `bench`).
+ * Thread-safety: any thread, at any time; `handler` is called under the log's lock, one line at a time, so
+ * it must not log itself. An exception it throws is swallowed.
+ */
+GPUMEM_EXPORT void set_log_handler(std::function<void(log_level, std::string_view)> handler);
 /**
  * @brief Reads GPUMEM_LOG_LEVEL and GPUMEM_DEBUG_LOG_FILE again (done once automatically, at first use).
  * An unknown level or an unopenable file is reported on stderr and the default (warn, stderr) used.

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <new>
+#include <string>
 
 namespace gpumem::bench {
 
@@ -26,6 +28,15 @@ double time_pairs(mr::device_memory_resource& resource, cuda_stream_view stream,
   return std::chrono::duration<double>(clock_type::now() - start).count();
 }
 
+/// Throws what a worker reported, if anything: gpumem::bad_alloc for an out-of-memory, else logic_error.
+void throw_if_failed(first_error& error, std::string const& prefix)
+{
+  bool const out_of_memory = error.out_of_memory();
+  std::string const e = error.take();
+  if (out_of_memory) { throw bad_alloc(prefix + e); }
+  if (!e.empty()) { throw logic_error(prefix + e); }
+}
+
 }  // namespace
 
 double run_sequences(worker_team& team, mr::device_memory_resource& resource, std::span<cuda_stream_view const> streams,
@@ -34,6 +45,8 @@ double run_sequences(worker_team& team, mr::device_memory_resource& resource, st
   return team.run([&](std::size_t t) {
     try {
       run_sequence(resource, streams[t], sequences[t], slots[t]);
+    } catch (std::bad_alloc const& e) {
+      error.set("thread " + std::to_string(t) + ": " + e.what(), true);
     } catch (std::exception const& e) {
       error.set("thread " + std::to_string(t) + ": " + e.what());
     }
@@ -103,17 +116,17 @@ measurement measure_random(mr::device_memory_resource& resource, std::span<cuda_
     block_checker checker;
     live_meter meter;
     team.run([&](std::size_t t) {
-      std::string const e = run_sequence_checked(resource, streams[t], sequences[t], slots[t], checker, meter);
-      if (!e.empty()) { error.set("thread " + std::to_string(t) + ": " + e); }
+      bool out_of_memory = false;
+      std::string const e =
+        run_sequence_checked(resource, streams[t], sequences[t], slots[t], checker, meter, &out_of_memory);
+      if (!e.empty()) { error.set("thread " + std::to_string(t) + ": " + e, out_of_memory); }
     });
-    std::string const e = error.take();
-    expects(e.empty(), m.workload + " verification: " + e);
+    throw_if_failed(error, m.workload + " verification: ");
     m.peak_live_bytes = meter.peak.load();
   }
   for (std::size_t r = 0; r < repeats; ++r) {
     double const seconds = run_sequences(team, resource, streams, sequences, slots, error);
-    std::string const e = error.take();
-    expects(e.empty(), m.workload + ": " + e);
+    throw_if_failed(error, m.workload + ": ");
     m.ns_per_op.push_back(seconds * 1e9 / static_cast<double>(m.ops_per_pass));
   }
   return m;

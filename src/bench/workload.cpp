@@ -8,6 +8,7 @@
 #include <exception>
 #include <iterator>
 #include <limits>
+#include <new>
 #include <random>
 
 namespace gpumem::bench {
@@ -153,8 +154,10 @@ void run_sequence(mr::device_memory_resource& resource, cuda_stream_view stream,
 }
 
 std::string run_sequence_checked(mr::device_memory_resource& resource, cuda_stream_view stream, sequence const& seq,
-                                 std::span<void*> slots, block_checker& checker, live_meter& meter)
+                                 std::span<void*> slots, block_checker& checker, live_meter& meter,
+                                 bool* out_of_memory)
 {
+  if (out_of_memory != nullptr) { *out_of_memory = false; }
   std::size_t i = 0;
   std::string error;
   try {
@@ -175,6 +178,9 @@ std::string run_sequence_checked(mr::device_memory_resource& resource, cuda_stre
         resource.deallocate(slots[s.slot], s.size, stream);
       }
     }
+  } catch (std::bad_alloc const& e) {
+    error = e.what();
+    if (out_of_memory != nullptr) { *out_of_memory = true; }
   } catch (std::exception const& e) {
     error = e.what();
   }

@@ -1,250 +1,297 @@
-// Replaying an allocation log (replay.hpp): a planning pass resolves the log's pointers to slots and its
-// stream ids to streams, then the timed loop walks the flat plan.
+// Replaying an allocation log (replay.hpp): rows are read in batches; the planner (replay_plan.hpp) turns
+// each batch into operations on slots, outside the timed part; the timed loop walks them. Memory: one
+// batch, the planner's live blocks and streams, and one table entry per slot in use.
 #include <gpumem/replay/replay.hpp>
 
-#include <gpumem/cuda_stream.hpp>
-#include <gpumem/cuda_stream_view.hpp>
+#include "replay/replay_plan.hpp"
+
 #include <gpumem/error.hpp>
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdint>
-#include <limits>
-#include <unordered_map>
 #include <vector>
 
 namespace gpumem {
 
 namespace {
 
-enum class op_kind : std::uint8_t {
-  allocate,        // slots[slot] = allocate(size, stream)
-  deallocate,      // deallocate(slots[slot], size, stream)
-  probe_failure,   // an `allocate failure` row: allocate(size, stream), then at once deallocate
+using detail::replay_batch;
+using detail::replay_op;
+using detail::replay_op_kind;
+using detail::replay_planner;
+
+/// Rows per batch: large enough that a clock read per batch costs nothing, small enough to stay in cache.
+constexpr std::size_t batch_rows = std::size_t{1} << 14;
+
+/// The rows of a log, batch by batch.
+class row_batches {
+ public:
+  row_batches() = default;
+  virtual ~row_batches() = default;
+  row_batches(row_batches const&) = delete;
+  row_batches& operator=(row_batches const&) = delete;
+  row_batches(row_batches&&) = delete;
+  row_batches& operator=(row_batches&&) = delete;
+
+  /// @return the next rows, valid until the next call; empty at the end.
+  [[nodiscard]] virtual std::span<log_event const> next() = 0;
+  [[nodiscard]] virtual std::optional<double> fraction_read() const noexcept = 0;
 };
 
-struct op {
-  std::size_t size;
-  std::size_t slot;      // unused by probe_failure
-  std::uint32_t stream;  // index into plan::streams
-  op_kind kind;
+class reader_batches final : public row_batches {
+ public:
+  explicit reader_batches(allocation_log_reader& reader) : reader_{reader}, rows_(batch_rows) {}
+  std::span<log_event const> next() override { return {rows_.data(), reader_.read(rows_)}; }
+  std::optional<double> fraction_read() const noexcept override { return reader_.fraction_read(); }
+
+ private:
+  allocation_log_reader& reader_;
+  std::vector<log_event> rows_;
 };
 
-/// What the timed loop needs: operations, and per slot the size and stream it was allocated with.
-struct plan {
-  std::vector<op> ops;
-  std::vector<std::int64_t> op_time_ns;    // ops[i]'s log row's time (for timelines)
-  std::vector<cuda_stream_view> streams;
-  std::vector<cuda_stream> owned_streams;  // the log's non-default streams; destroyed after the replay
-  std::vector<std::size_t> slot_size;
-  std::vector<std::uint32_t> slot_stream;
-  std::vector<std::size_t> live_at_end;    // slots never freed by the log
-  std::size_t unknown_frees{};
-  std::size_t missing_frees{};
-  std::size_t log_failures{};
-};
-
-[[nodiscard]] plan make_plan(allocation_log const& log)
-{
-  plan p;
-  p.ops.reserve(log.events.size());
-  p.op_time_ns.reserve(log.events.size());
-  std::unordered_map<std::uintptr_t, std::uint32_t> stream_index;
-  auto const stream_of = [&](std::uintptr_t id) -> std::uint32_t {
-    auto const [it, inserted] = stream_index.try_emplace(id, static_cast<std::uint32_t>(p.streams.size()));
-    if (inserted) {
-      if (id == 0) {
-        p.streams.push_back(cuda_stream_default);
-      } else if (id == reinterpret_cast<std::uintptr_t>(cuda_stream_legacy.value())) {
-        p.streams.push_back(cuda_stream_legacy);
-      } else if (id == reinterpret_cast<std::uintptr_t>(cuda_stream_per_thread.value())) {
-        p.streams.push_back(cuda_stream_per_thread);
-      } else {
-        p.owned_streams.emplace_back();
-        p.streams.push_back(p.owned_streams.back().view());
-      }
-    }
-    return it->second;
-  };
-
-  std::unordered_map<std::uintptr_t, std::size_t> live;  // log pointer -> slot
-  live.reserve(log.events.size() / 2 + 1);
-  for (log_event const& e : log.events) {
-    std::uint32_t const stream = stream_of(e.stream);
-    switch (e.action) {
-      case log_action::allocate: {
-        std::size_t const slot = p.slot_size.size();
-        p.slot_size.push_back(e.size);
-        p.slot_stream.push_back(stream);
-        auto const [it, inserted] = live.try_emplace(e.pointer, slot);
-        if (!inserted) {  // the log lost the free of the block that lived here before
-          ++p.missing_frees;
-          std::size_t const old = it->second;
-          p.ops.push_back(op{p.slot_size[old], old, p.slot_stream[old], op_kind::deallocate});
-          it->second = slot;
-        }
-        p.ops.push_back(op{e.size, slot, stream, op_kind::allocate});
-        break;
-      }
-      case log_action::free: {
-        auto const it = live.find(e.pointer);
-        if (it == live.end()) {
-          ++p.unknown_frees;
-          break;
-        }
-        std::size_t const slot = it->second;
-        live.erase(it);
-        // The size it was allocated with (a resource needs that one), on the stream of the free row.
-        p.ops.push_back(op{p.slot_size[slot], slot, stream, op_kind::deallocate});
-        break;
-      }
-      case log_action::allocate_failure:
-        ++p.log_failures;
-        p.ops.push_back(op{e.size, 0, stream, op_kind::probe_failure});
-        break;
-    }
-    p.op_time_ns.resize(p.ops.size(), e.time_ns);  // the operations this row added happen at its time
+class memory_batches final : public row_batches {
+ public:
+  explicit memory_batches(std::vector<log_event> const& rows) noexcept : rows_{rows} {}
+  std::span<log_event const> next() override
+  {
+    std::size_t const n = std::min(batch_rows, rows_.size() - done_);
+    std::span<log_event const> const out{rows_.data() + done_, n};
+    done_ += n;
+    return out;
   }
-  p.live_at_end.reserve(live.size());
-  for (auto const& [pointer, slot] : live) { p.live_at_end.push_back(slot); }
-  std::sort(p.live_at_end.begin(), p.live_at_end.end());  // deterministic order of the final frees
-  return p;
-}
+  std::optional<double> fraction_read() const noexcept override
+  {
+    return rows_.empty() ? 1.0 : static_cast<double>(done_) / static_cast<double>(rows_.size());
+  }
+
+ private:
+  std::vector<log_event> const& rows_;
+  std::size_t done_{0};
+};
 
 /// The address that marks a slot whose allocation this resource failed (never dereferenced).
 char failed_marker;
 
-}  // namespace
+/// Runs operations against the resource and keeps what it holds, per slot.
+class executor {
+ public:
+  executor(mr::device_memory_resource& resource, replay_planner const& planner) noexcept
+    : resource_{resource}, planner_{planner}
+  {
+  }
 
-replay_result replay(allocation_log const& log, mr::device_memory_resource& resource, replay_options const& options)
-{
-  plan const p = make_plan(log);
+  void ensure_slots(std::size_t count)
+  {
+    if (slots_.size() < count) { slots_.resize(count); }
+  }
 
-  replay_result result;
-  result.events = log.events.size();
-  result.peak_live_bytes = peak_live_bytes(log);
-  result.unknown_frees = p.unknown_frees;
-  result.missing_frees = p.missing_frees;
-  result.log_failures = p.log_failures;
-  result.streams = p.streams.size();
-  result.live_at_end = p.live_at_end.size();
-
-  void* const failed = &failed_marker;
-  std::vector<void*> slots(p.slot_size.size(), nullptr);
-
-  // Frees every block still held: after the loop, and on the way out of an exception.
-  auto const release_all = [&]() noexcept {
-    for (std::size_t slot = 0; slot < slots.size(); ++slot) {
-      void*& ptr = slots[slot];
-      if (ptr != nullptr && ptr != failed) {
-        resource.deallocate(ptr, p.slot_size[slot], p.streams[p.slot_stream[slot]]);
-      }
-      ptr = nullptr;
-    }
-  };
-
-  std::size_t const total = p.ops.size();
-  std::size_t allocations = 0;
-  std::size_t deallocations = 0;
-  std::size_t failures = 0;
-  std::size_t reproduced = 0;
-  std::size_t skipped = 0;
-  std::size_t live_bytes = 0;  // what the replay holds from the resource (kept only for timelines)
-
-  // One operation of the plan; everything the timed loops do besides reading the clock.
-  auto const execute = [&](op const& o) {
-    cuda_stream_view const stream = p.streams[o.stream];
+  void execute(replay_op const& o)
+  {
+    cuda_stream_view const stream = planner_.stream(o.stream);
     switch (o.kind) {
-      case op_kind::allocate:
+      case replay_op_kind::allocate:
         ++allocations;
         try {
-          slots[o.slot] = resource.allocate(o.size, stream);
+          slots_[o.slot] = {resource_.allocate(o.size, stream), o.size, o.stream};
           live_bytes += o.size;
         } catch (bad_alloc const&) {
           ++failures;
-          slots[o.slot] = failed;
+          slots_[o.slot] = {failed(), 0, 0};
         }
         break;
-      case op_kind::deallocate: {
-        void* const ptr = slots[o.slot];
-        slots[o.slot] = nullptr;
-        if (ptr == failed) {
+      case replay_op_kind::deallocate: {
+        held const block = std::exchange(slots_[o.slot], held{});
+        if (block.pointer == failed()) {
           ++skipped;
           break;
         }
         ++deallocations;
-        live_bytes -= o.size;
-        resource.deallocate(ptr, o.size, stream);
+        live_bytes -= block.size;
+        resource_.deallocate(block.pointer, block.size, stream);
         break;
       }
-      case op_kind::probe_failure:
+      case replay_op_kind::probe_failure:
         ++allocations;
         try {
-          void* const ptr = resource.allocate(o.size, stream);
+          void* const ptr = resource_.allocate(o.size, stream);
           ++deallocations;
-          resource.deallocate(ptr, o.size, stream);
+          resource_.deallocate(ptr, o.size, stream);
         } catch (bad_alloc const&) {
           ++failures;
           ++reproduced;
         }
         break;
     }
-  };
+  }
 
+  /// Frees every block still held, on the stream it was allocated on: after the last row, and on the way
+  /// out of an exception. Uses what the executor itself holds, not the planner's tables, which may be a
+  /// batch ahead.
+  void release_all() noexcept
+  {
+    for (held& block : slots_) {
+      if (block.pointer != nullptr && block.pointer != failed()) {
+        resource_.deallocate(block.pointer, block.size, planner_.stream(block.stream));
+      }
+      block = {};
+    }
+  }
+
+  std::size_t allocations{0};
+  std::size_t deallocations{0};
+  std::size_t failures{0};
+  std::size_t reproduced{0};
+  std::size_t skipped{0};
+  std::size_t live_bytes{0};  // what the replay holds from the resource (kept only for timelines)
+
+ private:
+  struct held {
+    void* pointer{nullptr};
+    std::size_t size{0};
+    std::uint32_t stream{0};
+  };
+  [[nodiscard]] static void* failed() noexcept { return &failed_marker; }
+
+  mr::device_memory_resource& resource_;
+  replay_planner const& planner_;
+  std::vector<held> slots_;
+};
+
+/// Keeps samples evenly spaced over a replay of unknown length: every `stride_`-th operation, the stride
+/// doubling (and every other sample dropped) whenever they would exceed the capacity. The first operation
+/// is always kept; finish() adds the last.
+class timeline_sampler {
+ public:
+  timeline_sampler(std::vector<replay_timeline::sample>& samples, std::size_t capacity)
+    : samples_{samples}, capacity_{std::max<std::size_t>(capacity, 2)}
+  {
+    samples_.reserve(capacity_ + 1);
+  }
+
+  [[nodiscard]] bool wants(std::size_t op) const noexcept { return op == 1 || op % stride_ == 0; }
+
+  void add(replay_timeline::sample const& s)
+  {
+    samples_.push_back(s);
+    if (samples_.size() > capacity_) {
+      stride_ *= 2;
+      std::erase_if(samples_, [this](replay_timeline::sample const& kept) { return !wants(kept.op); });
+    }
+  }
+
+  void finish(replay_timeline::sample const& last)
+  {
+    if (samples_.empty() || samples_.back().op != last.op) { samples_.push_back(last); }
+  }
+
+ private:
+  std::vector<replay_timeline::sample>& samples_;
+  std::size_t capacity_;
+  std::size_t stride_{1};
+};
+
+/// Calls options.progress with a rising fraction below 1, at most about progress_steps times; 1.0 comes
+/// from finish().
+class progress_reporter {
+ public:
+  explicit progress_reporter(replay_options const& options) noexcept
+    : callback_{options.progress}, step_{1.0 / static_cast<double>(std::max<std::size_t>(options.progress_steps, 1))}
+  {
+  }
+  void update(std::optional<double> fraction)
+  {
+    if (!callback_ || !fraction || *fraction >= 1.0 || *fraction < last_ + step_) { return; }
+    last_ = *fraction;
+    callback_(last_);
+  }
+  void finish()
+  {
+    if (callback_) { callback_(1.0); }
+  }
+
+ private:
+  std::function<void(double)> const& callback_;
+  double step_;
+  double last_{0.0};
+};
+
+replay_result run_replay(row_batches& rows, mr::device_memory_resource& resource, replay_options const& options)
+{
+  replay_planner planner{options.max_streams};
+  executor run{resource, planner};
+  progress_reporter progress{options};
+  replay_batch batch;
+  // Reads and plans the next batch, untimed. @return false at the end of the log.
+  auto const next_batch = [&] {
+    std::span<log_event const> const events = rows.next();
+    if (events.empty()) { return false; }
+    if (options.on_rows) { options.on_rows(events); }
+    planner.plan(events, batch);
+    run.ensure_slots(planner.slot_count());
+    return true;
+  };
   std::chrono::steady_clock::duration elapsed{};
+  std::size_t done = 0;  // operations run
   try {
     if (options.timeline == nullptr) {
-      // Timed in chunks (one clock read per chunk); the progress callback runs between chunks, untimed.
-      std::size_t const steps = std::max<std::size_t>(options.progress ? options.progress_steps : 1, 1);
-      std::size_t const chunk = std::max<std::size_t>(total / steps, 1);
-      for (std::size_t begin = 0; begin < total; begin += chunk) {
-        std::size_t const end = std::min(begin + chunk, total);
+      // Timed per batch (one clock read per batch); reading, planning and progress are untimed.
+      while (next_batch()) {
         auto const start = std::chrono::steady_clock::now();
-        for (std::size_t i = begin; i < end; ++i) { execute(p.ops[i]); }
+        for (replay_op const& o : batch.ops) { run.execute(o); }
         elapsed += std::chrono::steady_clock::now() - start;
-        if (options.progress) { options.progress(static_cast<double>(end) / static_cast<double>(total)); }
+        progress.update(rows.fraction_read());
       }
     } else {
       // Every operation timed on its own; samples (and their upstream probe) and progress are untimed.
       replay_timeline& timeline = *options.timeline;
       timeline = {};
-      timeline.samples.reserve(options.timeline_samples + 2);
-      std::size_t const wanted = std::max<std::size_t>(options.timeline_samples, 1);
-      std::size_t const sample_every = std::max<std::size_t>((total + wanted - 1) / wanted, 1);  // <= wanted samples
-      std::size_t const progress_every =
-        std::max<std::size_t>(total / std::max<std::size_t>(options.progress_steps, 1), 1);
-      for (std::size_t i = 0; i < total; ++i) {
-        auto const start = std::chrono::steady_clock::now();
-        execute(p.ops[i]);
-        auto const took = std::chrono::steady_clock::now() - start;
-        elapsed += took;
-        auto const ns = std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
-        auto const bucket = ns <= 1 ? 0 : static_cast<std::size_t>(std::bit_width(static_cast<std::uint64_t>(ns)) - 1);
-        ++timeline.latency_histogram[std::min(bucket, replay_timeline::latency_buckets - 1)];
-        std::size_t const done = i + 1;
-        if (i == 0 || done % sample_every == 0 || done == total) {
-          timeline.samples.push_back({done, p.op_time_ns[i], live_bytes,
-                                      options.upstream_bytes ? options.upstream_bytes() : std::size_t{0}});
+      timeline_sampler sampler{timeline.samples, options.timeline_samples};
+      auto const sample = [&](std::size_t op, std::int64_t time) {
+        return replay_timeline::sample{op, time, run.live_bytes,
+                                       options.upstream_bytes ? options.upstream_bytes() : std::size_t{0}};
+      };
+      std::int64_t last_time = 0;
+      while (next_batch()) {
+        for (std::size_t i = 0; i < batch.ops.size(); ++i) {
+          auto const start = std::chrono::steady_clock::now();
+          run.execute(batch.ops[i]);
+          auto const took = std::chrono::steady_clock::now() - start;
+          elapsed += took;
+          auto const ns = std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
+          auto const bucket =
+            ns <= 1 ? 0 : static_cast<std::size_t>(std::bit_width(static_cast<std::uint64_t>(ns)) - 1);
+          ++timeline.latency_histogram[std::min(bucket, replay_timeline::latency_buckets - 1)];
+          ++done;
+          last_time = batch.times[i];
+          if (sampler.wants(done)) { sampler.add(sample(done, last_time)); }
         }
-        if (options.progress && (done % progress_every == 0 || done == total)) {
-          options.progress(static_cast<double>(done) / static_cast<double>(total));
-        }
+        progress.update(rows.fraction_read());
       }
+      if (done > 0) { sampler.finish(sample(done, last_time)); }
     }
   } catch (...) {
-    release_all();
+    run.release_all();
     throw;
   }
-  release_all();
-  if (total == 0 && options.progress) { options.progress(1.0); }
+  run.release_all();
+  progress.finish();
 
-  result.allocations = allocations;
-  result.deallocations = deallocations;
-  result.ops = allocations + deallocations;
-  result.failures = failures;
-  result.log_failures_reproduced = reproduced;
-  result.skipped_frees = skipped;
+  replay_result result;
+  result.events = planner.events();
+  result.peak_live_bytes = planner.peak_live_bytes();
+  result.unknown_frees = planner.unknown_frees();
+  result.missing_frees = planner.missing_frees();
+  result.log_failures = planner.log_failures();
+  result.streams = planner.stream_ids();
+  result.live_at_end = planner.live_blocks();
+  result.allocations = run.allocations;
+  result.deallocations = run.deallocations;
+  result.ops = run.allocations + run.deallocations;
+  result.failures = run.failures;
+  result.log_failures_reproduced = run.reproduced;
+  result.skipped_frees = run.skipped;
   result.elapsed_ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
   result.ns_per_op = result.ops == 0 ? 0.0 : result.elapsed_ns / static_cast<double>(result.ops);
   if (options.peak_upstream_bytes) {
@@ -255,6 +302,20 @@ replay_result replay(allocation_log const& log, mr::device_memory_resource& reso
     }
   }
   return result;
+}
+
+}  // namespace
+
+replay_result replay(allocation_log_reader& log, mr::device_memory_resource& resource, replay_options const& options)
+{
+  reader_batches rows{log};
+  return run_replay(rows, resource, options);
+}
+
+replay_result replay(allocation_log const& log, mr::device_memory_resource& resource, replay_options const& options)
+{
+  memory_batches rows{log.events};
+  return run_replay(rows, resource, options);
 }
 
 }  // namespace gpumem

@@ -233,11 +233,24 @@ replay_resource make_replay_resource(std::string_view name, replay_resource_opti
   return handle;
 }
 
-replay_result replay(allocation_log const& log, replay_resource& resource, replay_options options)
+namespace {
+/// `options` with the probes of `resource`.
+replay_options with_probes(replay_resource& resource, replay_options options)
 {
   options.peak_upstream_bytes = [&resource] { return resource.peak_upstream_bytes(); };
   if (!options.upstream_bytes) { options.upstream_bytes = [&resource] { return resource.upstream_bytes(); }; }
-  return replay(log, resource.get(), options);
+  return options;
+}
+}  // namespace
+
+replay_result replay(allocation_log_reader& log, replay_resource& resource, replay_options options)
+{
+  return replay(log, resource.get(), with_probes(resource, std::move(options)));
+}
+
+replay_result replay(allocation_log const& log, replay_resource& resource, replay_options options)
+{
+  return replay(log, resource.get(), with_probes(resource, std::move(options)));
 }
 
 }  // namespace gpumem

@@ -5,17 +5,15 @@
 // (report_format.hpp).
 #include <gpumem/report/html_report.hpp>
 
+#include "replay/live_bytes.hpp"
 #include "report/report_charts.hpp"
 #include "report/report_format.hpp"
 
-#include <gpumem/error.hpp>
+#include <gpumem/report/staged_file.hpp>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <cstdio>
 #include <string_view>
-#include <system_error>
 
 namespace gpumem {
 
@@ -103,22 +101,20 @@ void append_summary(std::string& out, report_input const& input)
   }
 }
 
-[[noreturn]] void throw_write_error(std::filesystem::path const& path, int error)
-{
-  throw logic_error("cannot write the report to '" + path.string() + "': " + std::generic_category().message(error));
-}
-
 }  // namespace
+
+void size_histogram::add(log_event const& row) noexcept
+{
+  if (row.action != log_action::allocate) { return; }
+  std::size_t const bucket = row.size == 0 ? 0 : static_cast<std::size_t>(std::bit_width(row.size)) - 1;
+  ++counts[bucket];
+  bytes[bucket] = detail::saturating_add(bytes[bucket], row.size);
+}
 
 size_histogram allocation_size_histogram(allocation_log const& log)
 {
   size_histogram histogram;
-  for (log_event const& e : log.events) {
-    if (e.action != log_action::allocate) { continue; }
-    std::size_t const bucket = e.size == 0 ? 0 : static_cast<std::size_t>(std::bit_width(e.size)) - 1;
-    ++histogram.counts[bucket];
-    histogram.bytes[bucket] += e.size;
-  }
+  for (log_event const& e : log.events) { histogram.add(e); }
   return histogram;
 }
 
@@ -142,16 +138,9 @@ std::string render_html_report(report_input const& input)
 
 void write_html_report(std::filesystem::path const& path, report_input const& input)
 {
-  std::string const page = render_html_report(input);
-  errno = 0;
-  std::FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) { throw_write_error(path, errno != 0 ? errno : EIO); }
-  std::size_t const written = std::fwrite(page.data(), 1, page.size(), file);
-  int const write_error = written == page.size() ? 0 : (errno != 0 ? errno : EIO);
-  // fclose flushes: a full disk may show only here.
-  int const close_error = std::fclose(file) == 0 ? 0 : (errno != 0 ? errno : EIO);
-  if (write_error != 0) { throw_write_error(path, write_error); }
-  if (close_error != 0) { throw_write_error(path, close_error); }
+  staged_file file{path};
+  file.write(render_html_report(input));
+  file.commit();
 }
 
 }  // namespace gpumem

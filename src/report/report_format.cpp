@@ -71,7 +71,7 @@ std::string in_units(double value, double step, std::array<char const*, N> const
 
 std::string short_bytes(double bytes)
 {
-  static constexpr std::array<char const*, 6> units{"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  static constexpr std::array<char const*, 7> units{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   return in_units(bytes, 1024.0, units);
 }
 

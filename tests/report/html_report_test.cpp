@@ -16,6 +16,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <regex>
@@ -329,6 +330,16 @@ TEST(html_report, size_histogram_counts_allocate_rows_in_exact_log2_buckets)
   EXPECT_EQ(allocation_size_histogram(log_of("")).counts, (std::array<std::size_t, 64>{}));
 }
 
+TEST(html_report, size_histogram_bytes_saturate_instead_of_wrapping)
+{
+  allocation_log const log = log_of(
+    "1,13:09:44.158987,allocate,0x100,18446744073709551615,0x0\n"   // 2^64 - 1: bucket 63
+    "1,13:09:44.158988,allocate,0x200,9223372036854775808,0x0\n");  // 2^63: bucket 63 too
+  size_histogram const h = allocation_size_histogram(log);
+  EXPECT_EQ(h.counts[63], 2U);
+  EXPECT_EQ(h.bytes[63], std::numeric_limits<std::size_t>::max());
+}
+
 TEST(html_report, page_with_three_resources_shows_every_chart_and_escapes_text)
 {
   report_input const input = make_input({make_resource("pool", 1.5, 100), make_resource("arena", 40.0, 100, true),
@@ -401,6 +412,14 @@ TEST(html_report, lines_follow_the_samples_and_stay_in_the_frame)
   }
   std::sort(colours.begin(), colours.end());
   EXPECT_EQ(std::adjacent_find(colours.begin(), colours.end()), colours.end());
+}
+
+TEST(html_report, bytes_up_to_2_to_the_64_keep_a_unit)
+{
+  report_input input = make_input({});
+  input.log_peak_live_bytes = std::numeric_limits<std::size_t>::max();
+  std::string const page = render_html_report(input);
+  EXPECT_NE(page.find("peak live 16 EiB."), std::string::npos) << "not 16384 PiB";
 }
 
 TEST(html_report, page_without_resources_is_well_formed)

@@ -47,7 +47,7 @@ GPUMEM_EXPORT double run_sequences(worker_team& team, mr::device_memory_resource
  * @brief `fixed/<size>`: allocate then free one block of `size.bytes` on `stream`, in a loop. Each timed pass
  * runs at least `min_seconds` (the pair count doubles until it does).
  * @throws gpumem::logic_error if the verification (two blocks at once: valid and disjoint) fails, naming it;
- *         what the resource throws.
+ *         what the resource throws (gpumem::out_of_memory when it has not the memory).
  */
 [[nodiscard]] GPUMEM_EXPORT measurement measure_fixed(mr::device_memory_resource& resource, cuda_stream_view stream,
                                                       fixed_size size, std::size_t repeats, double min_seconds);
@@ -55,9 +55,9 @@ GPUMEM_EXPORT double run_sequences(worker_team& team, mr::device_memory_resource
 /**
  * @brief `random` (one sequence) or `random_mt/<T>` (T sequences, thread t on streams[t]), from split_random.
  * @pre streams.size() >= sequences.size() > 0.
- * @throws gpumem::logic_error if the verification pass fails (a null, misaligned or overlapping block, or an
- *         exception of the resource), naming the thread and the problem; what the resource throws in a
- *         timed pass.
+ * @throws gpumem::bad_alloc naming the thread when the resource runs out of memory in any pass.
+ * @throws gpumem::logic_error if the verification pass fails (a null, misaligned or overlapping block, or
+ *         another exception of the resource), naming the thread and the problem, or if a timed pass fails.
  */
 [[nodiscard]] GPUMEM_EXPORT measurement measure_random(mr::device_memory_resource& resource,
                                                        std::span<cuda_stream_view const> streams,

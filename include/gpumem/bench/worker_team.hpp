@@ -43,15 +43,21 @@ class GPUMEM_EXPORT worker_team {
   std::vector<std::thread> workers_;
 };
 
-/** @brief The first error message any worker reported (jobs must not throw). Thread-safe. */
+/**
+ * @brief The first error message any worker reported (jobs must not throw), and whether it was an
+ * out-of-memory (so that the caller can report it as one). Thread-safe.
+ */
 class first_error {
  public:
   /** @brief Keeps `message` unless an earlier one was kept. */
-  void set(std::string message)
+  void set(std::string message, bool out_of_memory = false)
   {
     if (message.empty()) { return; }
     std::lock_guard const lock{mutex_};
-    if (message_.empty()) { message_ = std::move(message); }
+    if (message_.empty()) {
+      message_ = std::move(message);
+      out_of_memory_ = out_of_memory;
+    }
   }
   /** @return the kept message (empty: none). */
   [[nodiscard]] std::string get() const
@@ -59,16 +65,24 @@ class first_error {
     std::lock_guard const lock{mutex_};
     return message_;
   }
+  /** @return whether the kept message reports an out-of-memory. */
+  [[nodiscard]] bool out_of_memory() const
+  {
+    std::lock_guard const lock{mutex_};
+    return out_of_memory_;
+  }
   /** @return the kept message, and forgets it. */
   [[nodiscard]] std::string take()
   {
     std::lock_guard const lock{mutex_};
+    out_of_memory_ = false;
     return std::exchange(message_, {});
   }
 
  private:
   mutable std::mutex mutex_;
   std::string message_;
+  bool out_of_memory_{false};
 };
 
 }  // namespace gpumem::bench

@@ -125,11 +125,13 @@ GPUMEM_EXPORT void run_sequence(mr::device_memory_resource& resource, cuda_strea
 
 /**
  * @brief The verification pass: as run_sequence, checking every block with `checker` and metering live bytes.
+ * @param out_of_memory when given, set to whether the pass failed with a std::bad_alloc (the resource ran
+ *        out of memory) rather than a failed check or another exception.
  * @return an empty string, or the first check or exception that failed (everything is freed either way).
  */
 [[nodiscard]] GPUMEM_EXPORT std::string run_sequence_checked(mr::device_memory_resource& resource,
                                                              cuda_stream_view stream, sequence const& seq,
                                                              std::span<void*> slots, block_checker& checker,
-                                                             live_meter& meter);
+                                                             live_meter& meter, bool* out_of_memory = nullptr);
 
 }  // namespace gpumem::bench

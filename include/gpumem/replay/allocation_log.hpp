@@ -1,13 +1,14 @@
 /**
  * @file allocation_log.hpp
- * Reads an allocation log in RMM's logging_resource_adaptor CSV format (docs/formats.md):
+ * Allocation logs in RMM's logging_resource_adaptor CSV format (docs/formats.md):
  *
  *     Thread,Time,Action,Pointer,Size,Stream
  *     1,13:09:44.158987,allocate,0x7f98f9e00000,37632,0x0
  *
- * into memory, for replay (replay.hpp). Plain and gzip-compressed files are read alike; gzip is recognised by
- * its magic bytes (1f 8b), not by the file's name. Decompression uses zlib when the library was built with
- * it, otherwise `gzip -dc` through a pipe.
+ * Their rows (log_event), and a whole log read into memory (allocation_log) for small logs and tests.
+ * Logs of any length are read row by row with allocation_log_reader (log_reader.hpp), and more than once
+ * with log_source (log_source.hpp); replay() takes either (replay.hpp). Plain and gzip-compressed input is
+ * read alike; gzip is recognised by its magic bytes (1f 8b), not by the file's name, and decoded with zlib.
  *
  * The reader checks syntax only (header, columns, numbers, actions). What the events mean together (a free
  * of a pointer never allocated, a double free) is replay's business: such a log still reads.
@@ -48,7 +49,10 @@ struct log_event {
   friend bool operator==(log_event const&, log_event const&) = default;
 };
 
-/** @brief A whole allocation log: its events in file order, and where it came from. */
+/**
+ * @brief A whole allocation log in memory: its events in file order, and where it came from. It takes about
+ * 40 bytes per row: read long logs with allocation_log_reader instead, which holds one row at a time.
+ */
 struct allocation_log {
   std::string source;            ///< the file's path, or the name given to parse_allocation_log
   std::vector<log_event> events; ///< in file order
@@ -74,19 +78,16 @@ class GPUMEM_EXPORT log_format_error : public logic_error {
 };
 
 /**
- * @brief Reads the allocation log at `path` (plain CSV or gzip-compressed CSV).
- * Times become nanoseconds since the first event; a time that jumps back by more than 12 hours is taken as
- * a midnight crossing. Blank lines and a final line without a newline are accepted; `\r\n` line ends too.
+ * @brief Reads the whole allocation log at `path` into memory (plain CSV or gzip-compressed CSV; "-" is
+ * standard input), as allocation_log_reader reads it row by row.
  * Thread-safety: reentrant (no shared state).
- * @throws gpumem::log_format_error (a gpumem::logic_error) naming the file, the line and the problem: the
- *         file cannot be opened or is empty, the header is not `Thread,Time,Action,Pointer,Size,Stream`, a
- *         row has other than 6 columns, a number or hex value does not parse, the action is unknown, or the
- *         gzip data is truncated or corrupt.
+ * @throws gpumem::log_format_error (a gpumem::logic_error) naming the file, the line and the problem, as
+ *         allocation_log_reader::next() does.
  */
 [[nodiscard]] GPUMEM_EXPORT allocation_log read_allocation_log(std::filesystem::path const& path);
 
 /**
- * @brief Parses an allocation log held in memory (uncompressed CSV text), as read_allocation_log does.
+ * @brief Parses an allocation log held in memory (CSV text), as read_allocation_log does.
  * @param source_name the name used in error messages and allocation_log::source.
  * @throws gpumem::log_format_error as read_allocation_log.
  */
@@ -95,7 +96,8 @@ class GPUMEM_EXPORT log_format_error : public logic_error {
 /**
  * @brief The largest sum of the sizes of live allocations over the log, as the log says: `allocate` adds
  * its size, a `free` of a live pointer subtracts the size it was allocated with; failures and frees of
- * pointers that are not live change nothing.
+ * pointers that are not live change nothing. A log may claim more than 2^64 - 1 bytes live at once (no
+ * machine holds that much, but the rows say so): the peak is then SIZE_MAX.
  */
 [[nodiscard]] GPUMEM_EXPORT std::size_t peak_live_bytes(allocation_log const& log);
 

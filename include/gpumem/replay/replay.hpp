@@ -15,11 +15,17 @@
  * - An `allocate` at an address that is still live in the log (the log lost a free) first frees the older
  *   block (`missing_frees`).
  * - Stream ids: 0x0 is the default stream, 0x1 the legacy default stream, 0x2 the per-thread default stream;
- *   every other id gets a gpumem::cuda_stream of its own, created before the timed loop.
+ *   the others map onto a pool of at most replay_options::max_streams gpumem::cuda_stream (created as ids
+ *   first appear, outside the timed loop), round robin in the order the ids first appear, so that each id
+ *   keeps its order: a log with thousands of stream ids needs no thousands of streams (on the host backend,
+ *   threads).
  * After the last row, every block still live is freed (`live_at_end`), outside the timed loop.
  *
- * The log is first turned into a flat array of operations (pointers resolved to slots), so the timed loop
- * costs one indirect call per operation plus an array access: the time per op is the resource's.
+ * The log is read in batches of rows; each batch is first turned into a flat array of operations
+ * (pointers resolved to slots) outside the timed loop, so the timed loop costs one indirect call per
+ * operation plus an array access: the time per op is the resource's. Memory is bounded by the log's live
+ * blocks and its stream ids, never by its length (a slot is reused once its block is freed): a log of any
+ * length replays from allocation_log_reader (log_reader.hpp) or from a log_source (log_source.hpp).
  * Memory is never touched (no memset, no copy), so a resource over a simulated upstream replays safely.
  */
 #pragma once
@@ -27,12 +33,14 @@
 #include <gpumem/export.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/replay/allocation_log.hpp>
+#include <gpumem/replay/log_reader.hpp>
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace gpumem {
@@ -54,8 +62,10 @@ struct replay_timeline {
   /// also counts those under 1 ns, the last bucket everything from 2^(latency_buckets-1) ns up.
   static constexpr std::size_t latency_buckets = 32;
 
-  /// In operation order: the first operation, about replay_options::timeline_samples evenly spaced ones, the
-  /// last. Empty for an empty log.
+  /// In operation order: the first operation, evenly spaced ones, and the last; replay_options::timeline_samples
+  /// at most in all but the last, and at least half that many when there are enough operations (the
+  /// spacing doubles whenever the samples would exceed it, as the log's length is not known beforehand).
+  /// Empty for an empty log.
   std::vector<sample> samples;
   /// Per operation, the steady_clock time around its allocate or deallocate call (a clock read included).
   std::array<std::size_t, latency_buckets> latency_histogram{};
@@ -70,14 +80,16 @@ struct replay_options {
    */
   std::function<std::size_t()> peak_upstream_bytes{};
   /**
-   * @brief Called with the fraction of operations done (0 < f <= 1), about `progress_steps` times and once
-   * with 1.0 at the end. Its own time is not counted in the timed loop.
+   * @brief Called with the fraction of the log replayed (0 < f <= 1, rising), at most about `progress_steps`
+   * times, and once with 1.0 at the end. The fraction is that of the input read
+   * (allocation_log_reader::fraction_read()): a log from a pipe reports only the 1.0 at the end. Its own
+   * time is not counted in the timed loop.
    */
   std::function<void(double)> progress{};
   std::size_t progress_steps{100};
   /**
    * @brief When set, replay() fills it (replacing what it held): every operation is timed on its own into
-   * latency_histogram, and the state is sampled about `timeline_samples` times. The per-operation clock reads
+   * latency_histogram, and the state is sampled `timeline_samples / 2` to `timeline_samples` times. The per-operation clock reads
    * make ns_per_op of such a replay larger: measure ns_per_op with a replay without a timeline.
    */
   replay_timeline* timeline{nullptr};
@@ -87,6 +99,14 @@ struct replay_options {
    * outside the timed part). make_replay_resource's handles provide one.
    */
   std::function<std::size_t()> upstream_bytes{};
+  /// The most streams the log's stream ids other than 0x0, 0x1 and 0x2 are mapped onto (0 counts as 1).
+  std::size_t max_streams{16};
+  /**
+   * @brief Called with each batch of rows before it is replayed, outside the timed part: for what else is
+   * to be learnt from the log in the same pass (the report's size histogram). The span is valid during the
+   * call only.
+   */
+  std::function<void(std::span<log_event const>)> on_rows{};
 };
 
 /** @brief What a replay measured and counted (docs/formats.md, "The replay table"). */
@@ -97,7 +117,7 @@ struct replay_result {
   std::size_t ops{};             ///< allocations + deallocations
   double elapsed_ns{};           ///< wall time of the timed loop (std::chrono::steady_clock)
   double ns_per_op{};            ///< elapsed_ns / ops (0 when ops == 0)
-  std::size_t peak_live_bytes{}; ///< as the log says (peak_live_bytes(log))
+  std::size_t peak_live_bytes{}; ///< as the log says (peak_live_bytes(log); SIZE_MAX when more)
   /// peak bytes taken from the upstream, from replay_options::peak_upstream_bytes
   std::optional<std::size_t> peak_upstream_bytes{};
   /// peak_upstream_bytes / peak_live_bytes (absent without a probe or when nothing was live)
@@ -109,17 +129,28 @@ struct replay_result {
   std::size_t skipped_frees{};            ///< frees of blocks this resource had failed to allocate
   std::size_t missing_frees{};            ///< allocations at an address still live: the older block was freed first
   std::size_t live_at_end{};              ///< blocks still live after the last row, freed after the timed loop
-  std::size_t streams{};                  ///< distinct stream ids in the log
+  std::size_t streams{};                  ///< distinct stream ids in the log (counted up to 65536)
 };
 
 /**
- * @brief Replays `log` against `resource` (see the file comment for what each row does).
+ * @brief Replays the rows `log` has left against `resource` (see the file comment for what each row does),
+ * reading them as it goes.
  * Thread-safety: runs on the calling thread; `resource` must not be used by others meanwhile, or the peak
  * it reports includes their allocations.
- * Stream-ordering: every allocation and free is issued on the stream its row names; nothing is waited for.
- * @post every block the replay allocated has been deallocated.
+ * Stream-ordering: every allocation and free is issued on the stream its row names (or the pool stream
+ * its id maps onto); nothing is waited for.
+ * @post every block the replay allocated has been deallocated; `log` is at its end.
+ * @throws gpumem::log_format_error when the log turns out malformed part way (every live block is freed
+ *         first: the rows before the bad one were replayed).
  * @throws gpumem::cuda_error if a stream cannot be created or the resource reports a backend failure (every
  *         live block is freed first). An out-of-memory of the resource is counted, never thrown.
+ */
+[[nodiscard]] GPUMEM_EXPORT replay_result replay(allocation_log_reader& log, mr::device_memory_resource& resource,
+                                                 replay_options const& options = {});
+
+/**
+ * @brief Replays a log held in memory, as the overload above does.
+ * @throws gpumem::cuda_error as the overload above.
  */
 [[nodiscard]] GPUMEM_EXPORT replay_result replay(allocation_log const& log, mr::device_memory_resource& resource,
                                                  replay_options const& options = {});

@@ -121,6 +121,10 @@ class GPUMEM_EXPORT replay_resource {
  * current upstream bytes for a timeline) taken from `r`.
  * @throws as replay().
  */
+[[nodiscard]] GPUMEM_EXPORT replay_result replay(allocation_log_reader& log, replay_resource& resource,
+                                                 replay_options options = {});
+
+/** @brief As the overload above, for a log held in memory. @throws as replay(). */
 [[nodiscard]] GPUMEM_EXPORT replay_result replay(allocation_log const& log, replay_resource& resource,
                                                  replay_options options = {});
 

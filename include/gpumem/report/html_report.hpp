@@ -31,7 +31,10 @@ namespace gpumem {
 /** @brief Allocation sizes of a log in log2 buckets: bucket b holds sizes in [2^b, 2^(b+1)) bytes (0 in 0). */
 struct size_histogram {
   std::array<std::size_t, 64> counts{};  ///< `allocate` rows per bucket
-  std::array<std::size_t, 64> bytes{};   ///< bytes those rows requested
+  std::array<std::size_t, 64> bytes{};   ///< bytes those rows requested (SIZE_MAX when more)
+
+  /** @brief Counts `row` when it is an `allocate` row (other rows change nothing). */
+  GPUMEM_EXPORT void add(log_event const& row) noexcept;
 };
 
 /** @brief One resource's results on the log. */
@@ -73,7 +76,8 @@ struct report_input {
 [[nodiscard]] GPUMEM_EXPORT std::string render_html_report(report_input const& input);
 
 /**
- * @brief Writes render_html_report(input) to `path` (replacing it).
+ * @brief Writes render_html_report(input) to `path`, replacing it only once the whole page is written
+ * (staged_file.hpp: a failed write leaves what was there before).
  * @throws gpumem::logic_error naming the path when it cannot be written.
  */
 GPUMEM_EXPORT void write_html_report(std::filesystem::path const& path, report_input const& input);
