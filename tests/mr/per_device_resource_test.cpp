@@ -170,20 +170,27 @@ TEST_F(per_device_resource, concurrent_set_get_and_hold_always_see_a_whole_resou
   auto const shared = std::make_shared<mr::simulated_memory_resource>();
   auto known = [&](mr::device_memory_resource const* r) { return r == &a || r == &b || r == shared.get() || r == original; };
   std::atomic<int> unexpected{0};
+  std::atomic<int> holds_of_shared{0};
+  std::atomic<int> ready{0};
+  (void)mr::set_per_device_resource(device, shared);  // first and last: readers see it whatever the interleaving
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < 2000; ++i) {
+      ready.fetch_add(1);
+      while (ready.load() < 8) { std::this_thread::yield(); }  // all at once: setters race the readers
+      constexpr int rounds = 20000;
+      for (int i = 0; i < rounds; ++i) {
         if (t % 2 == 0) {
           mr::device_memory_resource* const previous =
-            i % 3 == 2 ? mr::set_per_device_resource(device, shared)
-                       : mr::set_per_device_resource(device, (i % 3 == 0) ? &a : &b);
+            i % 3 == 2 || i == rounds - 1 ? mr::set_per_device_resource(device, shared)
+                                          : mr::set_per_device_resource(device, (i % 3 == 0) ? &a : &b);
           if (!known(previous)) { unexpected.fetch_add(1); }
           continue;
         }
         if (!known(mr::get_per_device_resource(device))) { unexpected.fetch_add(1); }
         mr::resource_hold const hold = mr::hold_per_device_resource(device);
         bool const is_shared = hold.resource == shared.get();
+        if (is_shared) { holds_of_shared.fetch_add(1); }
         bool const consistent = known(hold.resource) && (hold.owner == (is_shared ? shared : nullptr)) &&
                                 ((hold.raw_setting != 0) == (hold.resource == &a || hold.resource == &b));
         if (!consistent) { unexpected.fetch_add(1); }
@@ -192,6 +199,7 @@ TEST_F(per_device_resource, concurrent_set_get_and_hold_always_see_a_whole_resou
   }
   for (auto& thread : threads) { thread.join(); }
   EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_GT(holds_of_shared.load(), 0) << "no reader saw the shared resource: the test raced nothing";
 }
 
 }  // namespace
