@@ -6,6 +6,10 @@
  * resource, and gpumem remembers each pointer's size, resource and device, so freeing needs no size.
  * Memory from gpumem_alloc may be freed with gpumem::free in C++ and vice versa.
  *
+ * Lifetimes, as gpumem/plain.hpp: a resource set with a std::shared_ptr (as the Python package does) is
+ * kept alive until its last pointer is freed, even when replaced meanwhile; memory of a resource set by
+ * raw pointer can be freed only while that resource is still set (GPUMEM_ERROR_INVALID_VALUE afterwards).
+ *
  * Errors: every function returns a gpumem_status and never lets a C++ exception escape. On failure,
  * gpumem_last_error() gives a message naming what went wrong (the size, the pointer, the resource, ...).
  *
@@ -52,8 +56,9 @@ GPUMEM_EXPORT gpumem_status gpumem_zeros(size_t size, void** out);
 /**
  * @brief Frees memory from gpumem_alloc/gpumem_zeros/gpumem_alloc_async; may be reused at once by work on
  * the legacy default stream. gpumem_free(NULL) does nothing and returns GPUMEM_SUCCESS.
- * @return GPUMEM_ERROR_INVALID_VALUE (nothing is freed) when `ptr` was already freed or was not allocated by
- *         gpumem; gpumem_last_error() says which.
+ * @return GPUMEM_ERROR_INVALID_VALUE (nothing is freed) when `ptr` was already freed, was not allocated by
+ *         gpumem, or came from a resource set by raw pointer that has been replaced since (the pointer is
+ *         then forgotten and its memory left alone); gpumem_last_error() says which.
  */
 GPUMEM_EXPORT gpumem_status gpumem_free(void* ptr);
 

@@ -1,5 +1,6 @@
 // The plain API (plain.hpp): alloc/zeros/free over the current device resource, with a registry that
-// remembers each live pointer's {size, resource, device}.
+// remembers each live pointer's {size, device, resource hold} (mr::resource_hold: the resource, and its
+// owner when it was set by shared_ptr, so that it outlives the pointer).
 //
 // The registry has 16 shards, each a mutex + hash map, chosen by a hash of the pointer, so threads that
 // allocate at once rarely share a lock. Each shard also remembers its last `recently_freed_capacity` freed
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace gpumem {
@@ -30,30 +32,37 @@ constexpr std::size_t spare_node_capacity = 64;       // per shard: map nodes ke
 
 /// Where a live pointer came from: enough to give it back without asking the caller.
 struct record {
-  std::size_t size;
-  mr::device_memory_resource* resource;
-  int device;
+  std::size_t size{};
+  int device{};
+  mr::resource_hold hold;  ///< the resource, kept alive here when gpumem shares its ownership
 };
 
 enum class lookup_result { live, freed, unknown };
 
 class shard {
  public:
-  /// Records a new live pointer. A pointer already recorded (its memory was returned to the resource
-  /// behind gpumem's back and handed out again) is overwritten. @return true when it was not recorded.
-  bool insert(void const* ptr, record const& rec)
+  /// Records a new live pointer with a copy of `rec`. A pointer already recorded (its memory was returned
+  /// to the resource behind gpumem's back and handed out again) is overwritten, and the record it had is
+  /// left in `rec`. Either way the caller destroys `rec` after the lock (it may hold the last reference to a
+  /// resource, whose destruction may take other locks); when this throws, `rec` is unchanged.
+  /// @return true when the pointer was not recorded.
+  bool insert(void const* ptr, record& rec)
   {
     std::lock_guard lock{mutex_};
-    if (!spare_nodes_.empty()) {  // a node of an earlier free: no heap allocation on this path
+    if (auto const existing = live_.find(ptr); existing != live_.end()) {
+      std::swap(existing->second, rec);
+      return false;
+    }
+    if (spare_nodes_.empty()) {
+      live_.emplace(ptr, rec);
+    } else {  // a node of an earlier free: no heap allocation on this path
       auto node = std::move(spare_nodes_.back());
       spare_nodes_.pop_back();
       node.key() = ptr;
       node.mapped() = rec;
-      auto const result = live_.insert(std::move(node));
-      if (!result.inserted) { result.position->second = rec; }  // the node returned in result.node dies
-      return result.inserted;
+      live_.insert(std::move(node));
     }
-    return live_.insert_or_assign(ptr, rec).second;
+    return true;
   }
 
   /// Removes a live pointer and remembers it as freed. @return what the pointer was; `out` when live.
@@ -62,7 +71,7 @@ class shard {
     std::lock_guard lock{mutex_};
     auto const it = live_.find(ptr);
     if (it == live_.end()) { return was_freed_locked(ptr) ? lookup_result::freed : lookup_result::unknown; }
-    out = it->second;
+    out = std::move(it->second);  // the node keeps no reference to the resource
     auto node = live_.extract(it);
     if (spare_nodes_.size() < spare_nodes_.capacity()) { spare_nodes_.push_back(std::move(node)); }
     recently_freed_[next_freed_] = ptr;
@@ -70,12 +79,12 @@ class shard {
     return lookup_result::live;
   }
 
-  lookup_result find(void const* ptr, record& out) const
+  lookup_result find_size(void const* ptr, std::size_t& size) const
   {
     std::lock_guard lock{mutex_};
     auto const it = live_.find(ptr);
     if (it == live_.end()) { return was_freed_locked(ptr) ? lookup_result::freed : lookup_result::unknown; }
-    out = it->second;
+    size = it->second.size;
     return lookup_result::live;
   }
 
@@ -102,7 +111,8 @@ class shard {
 
 class registry {
  public:
-  void insert(void const* ptr, record const& rec)
+  /// Records `rec` for `ptr` (see shard::insert: `rec` is left as it was, or with the record it replaced).
+  void insert(void const* ptr, record& rec)
   {
     if (shard_of(ptr).insert(ptr, rec)) { live_count_.fetch_add(1, std::memory_order_relaxed); }
   }
@@ -117,13 +127,13 @@ class registry {
     return rec;
   }
 
-  /// @throws logic_error naming the pointer when it is not live.
-  record find(void const* ptr, char const* caller) const
+  /// @return the size `ptr` was allocated with. @throws logic_error naming the pointer when it is not live.
+  std::size_t size_of(void const* ptr, char const* caller) const
   {
-    record rec{};
-    lookup_result const result = shard_of(ptr).find(ptr, rec);
+    std::size_t size = 0;
+    lookup_result const result = shard_of(ptr).find_size(ptr, size);
     if (result != lookup_result::live) { throw_not_live(ptr, result, caller); }
-    return rec;
+    return size;
   }
 
   std::size_t live_count() const noexcept { return live_count_.load(std::memory_order_relaxed); }
@@ -160,21 +170,38 @@ registry& the_registry()
 }
 
 /// Allocates `size` (> 0) bytes with allocate(resource, size, stream) from the current device's resource and
-/// records the pointer; nullptr when `allocate` returns it (nothing recorded then).
+/// records the pointer with a hold of the resource; nullptr when `allocate` returns it (nothing recorded then).
 template <class Allocate>
 void* allocate_and_register(std::size_t size, cuda_stream_view stream, Allocate&& allocate)
 {
   int const device = detail::get_backend().current_device();
-  mr::device_memory_resource* const resource = mr::get_per_device_resource(cuda_device_id{device});
-  void* const ptr = allocate(*resource, size, stream);
+  record rec{size, device, mr::hold_per_device_resource(cuda_device_id{device})};
+  mr::device_memory_resource& resource = *rec.hold.resource;
+  void* const ptr = allocate(resource, size, stream);
   if (ptr == nullptr) { return nullptr; }
   try {
-    the_registry().insert(ptr, record{size, resource, device});
+    the_registry().insert(ptr, rec);
   } catch (...) {
-    resource->deallocate(ptr, size, stream);
+    resource.deallocate(ptr, size, stream);  // (rec still holds the resource)
     throw;
   }
   return ptr;
+}
+
+/// Whether the resource of `rec` is known to be alive: held by the record, gpumem's default, or set by raw
+/// pointer in a setting that is still in place.
+bool resource_is_alive(record const& rec) noexcept
+{
+  return rec.hold.raw_setting == 0 || mr::is_current_raw_setting(cuda_device_id{rec.device}, rec.hold.raw_setting);
+}
+
+[[noreturn]] void throw_resource_replaced(void const* ptr, record const& rec)
+{
+  throw logic_error("gpumem::free: pointer " + format_pointer(ptr) + " was allocated from a resource set by raw "
+                    "pointer on device " + std::to_string(rec.device) + ", which has been replaced since; gpumem "
+                    "does not own that resource and cannot know that it is still alive, so the memory is left "
+                    "alone (free such memory before replacing the resource, or set the resource with a "
+                    "std::shared_ptr, which gpumem keeps alive until its memory is freed)");
 }
 
 }  // namespace
@@ -204,15 +231,16 @@ void free(void* ptr, cuda_stream_view stream)
 {
   if (ptr == nullptr) { return; }
   registry& reg = the_registry();
-  record const rec = reg.take(ptr, "gpumem::free");
+  record rec = reg.take(ptr, "gpumem::free");
+  if (!resource_is_alive(rec)) { throw_resource_replaced(ptr, rec); }  // forgotten: never touched again
   try {
     cuda_set_device_raii const on_device{cuda_device_id{rec.device}};
-    rec.resource->deallocate(ptr, rec.size, stream);
+    rec.hold.resource->deallocate(ptr, rec.size, stream);
   } catch (...) {
     reg.insert(ptr, rec);  // the device could not be made current: the pointer is still live
     throw;
   }
-}
+}  // rec's hold goes last: a resource replaced since is destroyed here when this was its last memory
 
 void* try_alloc_without_blocking(std::size_t size, cuda_stream_view stream)
 {
@@ -229,11 +257,13 @@ bool try_free_without_blocking(void* ptr, cuda_stream_view stream)
   // registry first, so no other thread can be handed the block while it is still recorded; when the
   // resource refuses, it goes back (into the node the take just freed: no allocation).
   registry& reg = the_registry();
-  record const rec = reg.take(ptr, "gpumem::free");
+  record rec = reg.take(ptr, "gpumem::free");
   bool freed = false;
   try {
     freed = rec.device == detail::get_backend().current_device() &&  // else free() switches devices
-            rec.resource->try_deallocate_without_blocking(ptr, rec.size, stream);
+            resource_is_alive(rec) &&                                 // else free() reports it
+            rec.hold.owner.use_count() != 1 &&  // else this would destroy the resource, which may block
+            rec.hold.resource->try_deallocate_without_blocking(ptr, rec.size, stream);
   } catch (...) {
     reg.insert(ptr, rec);
     throw;
@@ -242,7 +272,7 @@ bool try_free_without_blocking(void* ptr, cuda_stream_view stream)
   return freed;
 }
 
-std::size_t allocation_size(void const* ptr) { return the_registry().find(ptr, "gpumem::allocation_size").size; }
+std::size_t allocation_size(void const* ptr) { return the_registry().size_of(ptr, "gpumem::allocation_size"); }
 
 std::size_t live_allocation_count() noexcept { return the_registry().live_count(); }
 

@@ -1,5 +1,6 @@
 // The C API (gpumem.h): the C translation unit's checks (tests/support/c_api_check.c), plus what is easier
 // to check from C++: status mapping of every error kind, per-thread last error, interop with the C++ API.
+#include "support/counting_resource.hpp"
 #include "support/memory_checks.hpp"
 
 #include <gpumem.h>
@@ -12,6 +13,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -77,6 +79,38 @@ TEST_F(c_api, memory_is_shared_with_the_cpp_plain_api)
   EXPECT_EQ(gpumem_allocation_size(q, &size), GPUMEM_SUCCESS);
   EXPECT_EQ(size, 400U);
   EXPECT_EQ(gpumem_free(q), GPUMEM_SUCCESS);
+}
+
+TEST_F(c_api, a_shared_resource_lives_until_its_memory_is_freed_even_when_replaced)
+{
+  bool destroyed = false;
+  std::shared_ptr<mr::device_memory_resource> shared{new counting_resource{},  // NOLINT(cppcoreguidelines-owning-memory)
+                                                     [&destroyed](mr::device_memory_resource* resource) {
+                                                       destroyed = true;
+                                                       delete resource;  // NOLINT(cppcoreguidelines-owning-memory)
+                                                     }};
+  (void)mr::set_current_device_resource(shared);
+  void* p = nullptr;
+  ASSERT_EQ(gpumem_alloc(1000, &p), GPUMEM_SUCCESS);
+  (void)mr::set_current_device_resource(nullptr);
+  shared.reset();
+  EXPECT_FALSE(destroyed) << "the pointer holds its resource";
+  EXPECT_EQ(gpumem_free(p), GPUMEM_SUCCESS) << gpumem_last_error();
+  EXPECT_TRUE(destroyed);
+}
+
+TEST_F(c_api, freeing_into_a_replaced_raw_resource_is_an_invalid_value)
+{
+  counting_resource counting;
+  (void)mr::set_current_device_resource(&counting);
+  void* p = nullptr;
+  ASSERT_EQ(gpumem_alloc(1000, &p), GPUMEM_SUCCESS);
+  (void)mr::set_current_device_resource(nullptr);
+  EXPECT_EQ(gpumem_free(p), GPUMEM_ERROR_INVALID_VALUE);
+  std::string const what = gpumem_last_error();
+  EXPECT_NE(what.find("replaced"), std::string::npos) << what;
+  EXPECT_EQ(counting.deallocations(), 0U) << "the replaced resource must not be called";
+  counting.deallocate(p, 1000);
 }
 
 TEST_F(c_api, last_error_is_per_thread_and_kept_until_the_next_failure)

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -200,24 +201,111 @@ TEST_F(plain_api, out_of_memory_of_a_small_resource_names_its_capacity)
 
 TEST_F(plain_api, free_returns_memory_to_the_resource_that_allocated_it)
 {
-  mr::simulated_memory_resource first{std::size_t{1} << 30};
-  mr::simulated_memory_resource second{std::size_t{1} << 30, std::uintptr_t{1} << 46};
-  void* p = nullptr;
-  void* q = nullptr;
-  {
-    scoped_current_resource const use{&first};
-    p = alloc(1000);
-  }
-  {
-    scoped_current_resource const use{&second};
-    q = alloc(2000);
-    gpumem::free(p);  // the current resource is `second`, but p belongs to `first`
-    EXPECT_EQ(first.allocation_count(), 0U);
-    EXPECT_EQ(second.allocation_count(), 1U);
-  }
+  auto const first = std::make_shared<mr::simulated_memory_resource>(std::size_t{1} << 30);
+  auto const second = std::make_shared<mr::simulated_memory_resource>(std::size_t{1} << 30, std::uintptr_t{1} << 46);
+  (void)mr::set_current_device_resource(first);
+  void* const p = alloc(1000);
+  (void)mr::set_current_device_resource(second);
+  void* const q = alloc(2000);
+  gpumem::free(p);  // the current resource is `second`, but p belongs to `first`
+  EXPECT_EQ(first->allocation_count(), 0U);
+  EXPECT_EQ(second->allocation_count(), 1U);
+  (void)mr::set_current_device_resource(nullptr);
   gpumem::free(q);  // the current resource is the default now
-  EXPECT_EQ(second.allocation_count(), 0U);
-  EXPECT_EQ(first.invalid_deallocations() + second.invalid_deallocations(), 0U);
+  EXPECT_EQ(second->allocation_count(), 0U);
+  EXPECT_EQ(first->invalid_deallocations() + second->invalid_deallocations(), 0U);
+}
+
+TEST_F(plain_api, a_resource_set_by_shared_ptr_lives_until_its_last_pointer_is_freed)
+{
+  bool destroyed = false;
+  std::size_t outstanding_when_destroyed = 0;
+  auto* const counting = new counting_resource{};  // NOLINT(cppcoreguidelines-owning-memory): owned by `shared`
+  std::shared_ptr<mr::device_memory_resource> shared{counting, [&](mr::device_memory_resource* resource) {
+                                                       outstanding_when_destroyed = counting->outstanding();
+                                                       destroyed = true;
+                                                       delete resource;  // NOLINT(cppcoreguidelines-owning-memory)
+                                                     }};
+  (void)mr::set_current_device_resource(shared);
+  void* const p = alloc(1000);
+  void* const q = zeros(3000);
+  (void)mr::set_current_device_resource(nullptr);
+  shared.reset();
+  EXPECT_FALSE(destroyed) << "the plain API's pointers hold the resource";
+  gpumem::free(p);
+  EXPECT_FALSE(destroyed) << "one pointer is still live";
+  gpumem::free(q);
+  EXPECT_TRUE(destroyed) << "the last pointer was its last holder";
+  EXPECT_EQ(outstanding_when_destroyed, 0U) << "every pointer went back before the resource went";
+}
+
+TEST_F(plain_api, freeing_into_a_replaced_raw_resource_is_a_logic_error_that_leaves_it_alone)
+{
+  counting_resource counting;
+  void* p = nullptr;
+  {
+    scoped_current_resource const use{&counting};
+    p = alloc(1000);
+  }  // replaced: gpumem cannot know whether `counting` still exists
+  std::string const what = message_of([p] { gpumem::free(p); });
+  EXPECT_NE(what.find(format_pointer(p)), std::string::npos) << what;
+  EXPECT_NE(what.find("set by raw pointer"), std::string::npos) << what;
+  EXPECT_NE(what.find("replaced"), std::string::npos) << what;
+  EXPECT_EQ(counting.deallocations(), 0U) << "the replaced resource must not be called";
+  EXPECT_EQ(live_allocation_count(), baseline()) << "the pointer is forgotten";
+  counting.deallocate(p, 1000);
+  counting.expect_everything_returned();
+}
+
+TEST_F(plain_api, setting_the_same_raw_resource_again_keeps_its_pointers_freeable)
+{
+  counting_resource counting;
+  scoped_current_resource const use{&counting};
+  void* const p = alloc(1000);
+  (void)mr::set_current_device_resource(&counting);
+  gpumem::free(p);
+  counting.expect_everything_returned();
+}
+
+TEST_F(plain_api, shared_resources_replaced_while_threads_allocate_are_freed_into_and_then_destroyed)
+{
+  constexpr int thread_count = 4;
+  std::atomic<int> live_resources{0};
+  std::atomic<bool> done{false};
+  mr::device_memory_resource* const upstream = mr::get_current_device_resource();  // the default
+  auto make_resource = [&live_resources, upstream] {
+    live_resources.fetch_add(1);
+    return std::shared_ptr<mr::device_memory_resource>{new counting_resource{upstream},  // NOLINT(cppcoreguidelines-owning-memory)
+                                                       [&live_resources](mr::device_memory_resource* resource) {
+                                                         EXPECT_EQ(static_cast<counting_resource*>(resource)->outstanding(), 0U);
+                                                         delete resource;  // NOLINT(cppcoreguidelines-owning-memory)
+                                                         live_resources.fetch_sub(1);
+                                                       }};
+  };
+  std::thread setter{[&] {
+    while (!done.load()) { (void)mr::set_current_device_resource(make_resource()); }
+  }};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([t] {
+      std::mt19937_64 rng{static_cast<std::uint64_t>(t) + 11};
+      std::vector<void*> live;
+      for (int i = 0; i < 2000; ++i) {
+        if (live.size() < 16 && rng() % 2 == 0) {
+          live.push_back(alloc(256 + rng() % 4096));
+        } else if (!live.empty()) {
+          gpumem::free(live.back());
+          live.pop_back();
+        }
+      }
+      for (void* p : live) { gpumem::free(p); }
+    });
+  }
+  for (auto& thread : threads) { thread.join(); }
+  done.store(true);
+  setter.join();
+  mr::reset_all_device_resources();
+  EXPECT_EQ(live_resources.load(), 0) << "every replaced resource is destroyed once its memory is back";
 }
 
 TEST_F(plain_api, free_passes_the_size_and_stream_through)

@@ -10,7 +10,17 @@
  * gpumem records, for every live pointer, its size, the resource that allocated it and its device, so
  * free() returns the memory to that resource on that device even when the current device or the current
  * resource has changed since. The cost is one hash-map insert and erase per allocation (16 independent
- * shards, so threads rarely contend); use the resources directly where that matters.
+ * shards, so threads rarely contend), plus one reference-count increment and decrement when the resource
+ * was set by std::shared_ptr; use the resources directly where that matters.
+ *
+ * The resource that served a pointer must be alive when the pointer is freed (mr/per_device_resource.hpp):
+ * - a resource set by std::shared_ptr is kept alive by gpumem until its last pointer is freed, so it may be
+ *   replaced, and the caller's reference dropped, while its memory is live;
+ * - the default resources live for the whole process;
+ * - a resource set by raw pointer is the caller's to keep alive, and gpumem cannot tell when it is gone.
+ *   So free() returns memory to it only while that setting is still in place; once the device's resource
+ *   was replaced (or reset), free() throws logic_error for its pointers, forgets them and leaves their
+ *   memory alone, rather than call into a resource that may have been destroyed.
  *
  * Misuse is reported, not undefined: freeing a pointer twice throws gpumem::logic_error saying it "was
  * already freed" (gpumem remembers recently freed pointers, a bounded number per shard), and freeing a
@@ -55,9 +65,12 @@ namespace gpumem {
  * Stream-ordering: the memory may be reused by work on `stream` at once: all work using `ptr` must have
  * been submitted to `stream` (or be complete).
  * @pre `ptr` is nullptr or a live pointer from alloc()/zeros().
- * @post free(nullptr) does nothing.
+ * @post free(nullptr) does nothing. When this was the last pointer of a resource set by shared_ptr that is
+ *       no longer set and not held elsewhere, the resource is destroyed here.
  * @throws gpumem::logic_error naming the pointer when it "was already freed" or "was not allocated by
  *         gpumem::alloc/zeros"; no resource is touched then.
+ * @throws gpumem::logic_error naming the pointer when it came from a resource set by raw pointer that has
+ *         been replaced since (file comment): the pointer is forgotten and its memory left alone.
  */
 GPUMEM_EXPORT void free(void* ptr, cuda_stream_view stream = cuda_stream_view{});
 
@@ -72,8 +85,9 @@ GPUMEM_EXPORT void free(void* ptr, cuda_stream_view stream = cuda_stream_view{})
 [[nodiscard]] GPUMEM_EXPORT void* try_alloc_without_blocking(std::size_t size, cuda_stream_view stream = cuda_stream_view{});
 
 /**
- * @brief As free(), but only when it can be done without blocking: `ptr` belongs to the current device and
- * its resource takes it back without blocking (device_memory_resource::try_deallocate_without_blocking).
+ * @brief As free(), but only when it can be done without blocking: `ptr` belongs to the current device, its
+ * resource takes it back without blocking (device_memory_resource::try_deallocate_without_blocking), and
+ * freeing it does not destroy the resource.
  * @return true when freed (also for nullptr); false when nothing was done (then call free()).
  * @throws gpumem::logic_error as free() when `ptr` is not live.
  */

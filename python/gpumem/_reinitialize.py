@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Iterable, List, Optional, Union
+from typing import Iterable, Optional, Union
 
 from . import _gpumem, mr
 
 _lock = threading.Lock()
-# Resources replaced while gpumem.alloc memory was live: that memory returns to them, so they stay alive.
-_replaced: List[mr.DeviceMemoryResource] = []
 
 
 def _log_file_for(log_file_name: str, device: int) -> str:
@@ -32,15 +30,17 @@ def reinitialize(pool_allocator: bool = False, managed_memory: bool = False,
 
     Raises ValueError for a pool size on a non-pool setup, a maximum below the initial size, logging without
     a file name, or an invalid device; ``gpumem.OutOfMemoryError`` when the initial pool cannot be had.
-    Nothing is changed when any device fails. Memory already allocated stays valid: the resources it came
-    from are kept alive while ``gpumem.alloc`` memory is live (DeviceBuffers keep theirs alive anyway).
+    Nothing is changed when any device fails. Memory already allocated stays valid: gpumem keeps a replaced
+    resource alive while ``gpumem.alloc`` memory from it is live (DeviceBuffers keep theirs alive anyway).
     """
+    if not isinstance(devices, int) and not hasattr(devices, "__iter__"):
+        raise TypeError(f"reinitialize: devices must be an int or an iterable of ints, not {type(devices).__name__}")
     device_list = [devices] if isinstance(devices, int) else list(devices)
     if not device_list:
         raise ValueError("reinitialize: `devices` is empty")
     for device in device_list:
         if not isinstance(device, int) or not 0 <= device < _gpumem.cuda.get_device_count():
-            raise ValueError(f"reinitialize: invalid device {device!r} "
+            raise ValueError(f"reinitialize: devices names {device!r}, which is not a device "
                              f"({_gpumem.cuda.get_device_count()} device(s) present)")
     if not pool_allocator and (initial_pool_size is not None or maximum_pool_size is not None):
         raise ValueError("reinitialize: initial_pool_size / maximum_pool_size need pool_allocator=True")
@@ -65,7 +65,4 @@ def reinitialize(pool_allocator: bool = False, managed_memory: bool = False,
 
     with _lock:
         for device, resource in built.items():
-            previous = mr.set_per_device_resource(device, resource)
-            _replaced.append(previous)
-        if _gpumem.live_allocation_count() == 0:
-            _replaced.clear()
+            mr.set_per_device_resource(device, resource)

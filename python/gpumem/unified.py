@@ -54,9 +54,11 @@ class Accelerator:
     """One device as the accelerator APIs of training frameworks present it (DeepSpeed's get_accelerator())."""
 
     def __init__(self, device_id: int) -> None:
+        if not isinstance(device_id, int) or isinstance(device_id, bool):
+            raise TypeError(f"Accelerator: device_id must be an int, not {type(device_id).__name__}")
         count = _cuda.get_device_count()
         if not 0 <= device_id < count:
-            raise ValueError(f"Accelerator: invalid device {device_id} ({count} device(s) present)")
+            raise ValueError(f"Accelerator: device_id {device_id} is not a valid device ({count} device(s) present)")
         self._device_id = device_id
 
     @property

@@ -1,6 +1,7 @@
 // gpumem._gpumem.cuda, re-exported as gpumem.cuda: CuPy's cupy.cuda shape over gpumem's handles (issue 6).
 //   Device      device.hpp, cuda_device_id.hpp      (a `with` block makes it current, then restores)
-//   Stream      cuda_stream.hpp, cuda_stream_view.hpp (a `with` block makes it the thread's current stream)
+//   Stream      cuda_stream.hpp, cuda_stream_view.hpp (a `with` block makes it its device's current stream
+//               on the calling thread: one current stream per device and thread, as CuPy keeps them)
 //   ExternalStream  a foreign cudaStream_t, not owned
 //   Event       event.hpp; get_elapsed_time
 //   Graph       graph.hpp, made by Stream.begin_capture() / Stream.end_capture()
@@ -17,7 +18,9 @@
 // Captured callbacks (during Stream.begin_capture) run once per Graph.launch(), so the Graph owns theirs;
 // each launch enqueues, behind the graph's work, a host function that keeps the Graph's objects alive
 // until that launch has run.
+#include "arguments.hpp"
 #include "conversions.hpp"
+#include "interpreter.hpp"
 #include "registry.hpp"
 
 #include <gpumem/backend/backend.hpp>
@@ -95,16 +98,6 @@ void bury(std::shared_ptr<void> objects) noexcept
   // Py_AddPendingCall needs neither the GIL nor a thread state; if its queue is full, the next
   // add_callback() or synchronize() drains the graveyard instead.
   static_cast<void>(Py_AddPendingCall(&drain_pending_call, nullptr));
-}
-
-/** @brief Whether the interpreter can still run a callback (not before or during finalisation). */
-bool python_alive() noexcept
-{
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsInitialized() != 0 && Py_IsFinalizing() == 0;
-#else
-  return Py_IsInitialized() != 0 && _Py_IsFinalizing() == 0;
-#endif
 }
 
 /** @brief Calls callback(stream, 0, arg) with the GIL; an exception is reported as unraisable. */
@@ -192,39 +185,79 @@ struct py_stream {
 /** @brief ExternalStream: a py_stream that never owns (a distinct Python type, as in CuPy). */
 struct py_external_stream : py_stream {};
 
-/** @brief The thread's current stream (`with stream:`, Stream.use()) and the ones `with` blocks replaced. */
-struct current_stream_stack {
-  py::object current;  // empty: the null stream
-  std::vector<py::object> previous;
-  current_stream_stack() = default;
-  current_stream_stack(current_stream_stack const&) = delete;
-  current_stream_stack& operator=(current_stream_stack const&) = delete;
-  ~current_stream_stack()
+/**
+ * @brief The calling thread's current streams, one per device, kept as CuPy keeps them. `with stream:`
+ * pushes the stream on its device's stack and makes it that device's current stream; leaving the block pops
+ * it and makes the stream below it (or the null stream) current again, also when Stream.use() changed the
+ * current stream inside the block. Stream.use() changes only the current stream.
+ */
+struct current_streams {
+  std::vector<py::object> current;             // per device; empty: the null stream
+  std::vector<std::vector<py::object>> stacks;  // per device: the streams of the open `with` blocks
+  std::vector<int> entered;                     // the device of each open `with` block, innermost last
+
+  current_streams() = default;
+  current_streams(current_streams const&) = delete;
+  current_streams& operator=(current_streams const&) = delete;
+  ~current_streams()
   {
-    // Thread exit: no GIL here, so leak what a thread left inside a `with` block rather than release it.
-    static_cast<void>(current.release());
-    for (auto& stream : previous) { static_cast<void>(stream.release()); }
+    // Thread exit: no GIL here, so leak what a thread left current or inside a `with` block rather than
+    // release it.
+    for (auto& stream : current) { static_cast<void>(stream.release()); }
+    for (auto& stack : stacks) {
+      for (auto& stream : stack) { static_cast<void>(stream.release()); }
+    }
+  }
+
+  /** @brief Makes room for `device` (a valid ordinal). */
+  void reserve(int device)
+  {
+    auto const needed = static_cast<std::size_t>(device) + 1;
+    if (current.size() < needed) {
+      current.resize(needed);
+      stacks.resize(needed);
+    }
   }
 };
 
-thread_local current_stream_stack current_streams;  // NOLINT: thread-local state is the point
+thread_local current_streams the_current_streams;  // NOLINT: thread-local state is the point
 
 /** @brief Stream.null, created at import and never released (it outlives the interpreter's objects). */
 PyObject* null_stream_object = nullptr;  // NOLINT
 
-py::object current_stream()
+/** @brief The calling thread's current stream of `device` (a valid ordinal). */
+py::object current_stream_of(int device)
 {
-  if (current_streams.current) { return current_streams.current; }
+  current_streams& streams = the_current_streams;
+  auto const index = static_cast<std::size_t>(device);
+  if (index < streams.current.size() && streams.current[index]) { return streams.current[index]; }
   return py::reinterpret_borrow<py::object>(null_stream_object);
 }
 
-/** @brief A stream argument where None means the thread's current stream (CuPy's rule). */
+py::object current_stream() { return current_stream_of(get_current_cuda_device().value()); }
+
+/** @brief A stream argument where None means the thread's current stream of the current device (CuPy's rule). */
 cuda_stream_view stream_or_current(py::handle stream)
 {
   return stream.is_none() ? current_stream().cast<py_stream const&>().view() : to_stream(stream);
 }
 
 int device_of(py_stream const& s) { return s.device >= 0 ? s.device : get_current_cuda_device().value(); }
+
+/**
+ * @brief The device of `s`, which must be the current device (CuPy's rule for making a stream current).
+ * @throws gpumem::logic_error naming both devices otherwise.
+ */
+int check_current_device(py_stream const& s, char const* caller)
+{
+  int const current = get_current_cuda_device().value();
+  int const device = device_of(s);
+  expects(device == current, std::string{caller} + ": the stream belongs to device " + std::to_string(device) +
+                               ", but device " + std::to_string(current) +
+                               " is current; make its device current first (with Device(" + std::to_string(device) +
+                               "): ...)");
+  return device;
+}
 
 /** @brief `lazy_device`: leave the device to be asked later (import must not choose the backend). */
 std::unique_ptr<py_stream> make_stream(bool null, bool non_blocking, bool ptds, py::object const& priority,
@@ -239,7 +272,7 @@ std::unique_ptr<py_stream> make_stream(bool null, bool non_blocking, bool ptds, 
   } else if (ptds) {
     stream->handle = cudaStreamPerThread;
   } else {
-    int const p = priority.is_none() ? 0 : priority.cast<int>();
+    int const p = priority.is_none() ? 0 : convert_argument<int>(priority, "priority");
     stream->owned.emplace(non_blocking ? cuda_stream::flags::non_blocking : cuda_stream::flags::sync_default, p);
     stream->handle = stream->owned->value();
   }
@@ -250,7 +283,7 @@ capture_mode to_capture_mode(py::handle mode)
 {
   if (mode.is_none()) { return capture_mode::relaxed; }  // CuPy's default
   if (py::isinstance<py::int_>(mode)) {
-    switch (mode.cast<int>()) {  // cudaStreamCaptureMode values
+    switch (convert_argument<int>(mode, "mode")) {  // cudaStreamCaptureMode values
       case 0: return capture_mode::global;
       case 1: return capture_mode::thread_local_;
       case 2: return capture_mode::relaxed;
@@ -299,7 +332,8 @@ devices are the emulated ones (GPUMEM_HOST_DEVICES, default 1).
 before (per thread; blocks nest).)doc")
     .def(py::init([](py::object const& device) {
            if (device.is_none()) { return py_device{get_current_cuda_device().value()}; }
-           int const id = py::isinstance<py_device>(device) ? device.cast<py_device>().id : device.cast<int>();
+           int const id =
+             py::isinstance<py_device>(device) ? device.cast<py_device>().id : convert_argument<int>(device, "device");
            check_device_id(cuda_device_id{id});
            return py_device{id};
          }),
@@ -410,18 +444,19 @@ void bind_events(py::module_& m)
 Event(block=False, disable_timing=False, interprocess=False): `block` makes synchronize() sleep rather
 than spin; `disable_timing` makes it cheaper but get_elapsed_time() raises ValueError for it;
 `interprocess` requires disable_timing (ValueError otherwise).)doc")
-    .def(py::init([](bool block, bool disable_timing, bool interprocess) {
+    .def(py::init([](checked<bool, "block"> block, checked<bool, "disable_timing"> disable_timing,
+                     checked<bool, "interprocess"> interprocess) {
            auto flags = event_flags::none;
-           if (block) { flags = flags | event_flags::blocking_sync; }
-           if (disable_timing) { flags = flags | event_flags::disable_timing; }
-           if (interprocess) { flags = flags | event_flags::interprocess; }
+           if (block.value) { flags = flags | event_flags::blocking_sync; }
+           if (disable_timing.value) { flags = flags | event_flags::disable_timing; }
+           if (interprocess.value) { flags = flags | event_flags::interprocess; }
            return event{flags};
          }),
          py::arg("block") = false, py::arg("disable_timing") = false, py::arg("interprocess") = false)
     .def(
       "record", [](event& e, py::handle stream) { e.record(stream_or_current(stream)); },
       py::arg("stream") = py::none(),
-      "Records the event at the current end of `stream`'s work (None: the thread's current stream), replacing "
+      "Records the event at the current end of `stream`'s work (None: the current device's current stream), replacing "
       "an earlier record.")
     .def(
       "synchronize",
@@ -445,7 +480,12 @@ than spin; `disable_timing` makes it cheaper but get_elapsed_time() raises Value
       "Whether the event is shareable between processes.")
     .def("__repr__", [](event const& e) { return "<gpumem.cuda.Event " + hex(e.value()) + ">"; });
 
-  m.def("get_elapsed_time", &get_elapsed_time, py::arg("start_event"), py::arg("end_event"),
+  m.def(
+    "get_elapsed_time",
+    [](checked<event*, "start_event"> start_event, checked<event*, "end_event"> end_event) {
+      return get_elapsed_time(*start_event.value, *end_event.value);
+    },
+    py::arg("start_event"), py::arg("end_event"),
         R"doc(Milliseconds (a float) from `start_event`'s latest record to `end_event`'s.
 
 Both must be recorded and completed (synchronize `end_event` first). Raises ValueError when either has
@@ -478,7 +518,7 @@ The Graph keeps the captured callbacks' Python objects alive while it exists and
         }
       },
       py::arg("stream") = py::none(),
-      "Runs the graph's work in order on `stream` (None: the thread's current stream). Does not wait.")
+      "Runs the graph's work in order on `stream` (None: the current device's current stream). Does not wait.")
     .def("__repr__", [](py_graph const& g) {
       return "<gpumem.cuda.Graph " + hex(g.captured.exec()) + ">";
     });
@@ -494,12 +534,15 @@ ptr 0: Stream.null) or `ptds` (the per-thread default stream: Stream.ptds). `non
 synchronise implicitly with the legacy default stream. `priority`: lower is higher, clamped into the
 device's range.
 
-``with stream:`` makes it the calling thread's current stream (get_current_stream()) for the block and then
-restores the previous one; blocks nest. Functions of gpumem.cuda taking stream=None use the current stream
-(Event.record, Graph.launch). Streams compare and hash by their handle (ptr).)doc");
+Each thread has one current stream per device (get_current_stream(device_id)), as in CuPy. ``with stream:``
+makes it its device's current stream for the block (its device must be current), and leaving the block makes
+the stream of the enclosing block of that device (or the null stream) current again; blocks nest.
+Functions of gpumem.cuda taking stream=None use the current device's current stream (Event.record,
+Graph.launch, MemoryPointer's *_async copies). Streams compare and hash by their handle (ptr).)doc");
   stream_class
-    .def(py::init([](bool null, bool non_blocking, bool ptds, py::object const& priority) {
-           return make_stream(null, non_blocking, ptds, priority);
+    .def(py::init([](checked<bool, "null"> null, checked<bool, "non_blocking"> non_blocking, checked<bool, "ptds"> ptds,
+                     py::object const& priority) {
+           return make_stream(null.value, non_blocking.value, ptds.value, priority);
          }),
          py::arg("null") = false, py::arg("non_blocking") = false, py::arg("ptds") = false,
          py::arg("priority") = 0)
@@ -529,13 +572,13 @@ restores the previous one; blocks nest. Functions of gpumem.cuda taking stream=N
       "record",
       [](py_stream const& s, py::object event_object) {
         if (event_object.is_none()) { event_object = py::cast(event{}); }
-        event_object.cast<event&>().record(s.view());
+        convert_argument<event*>(event_object, "event")->record(s.view());
         return event_object;
       },
       py::arg("event") = py::none(),
       "Records `event` (None: a new Event()) at the current end of this stream's work and returns it.")
     .def(
-      "wait_event", [](py_stream const& s, event const& e) { e.wait(s.view()); }, py::arg("event"),
+      "wait_event", [](py_stream const& s, checked<event*, "event"> e) { e.value->wait(s.view()); }, py::arg("event"),
       "Makes later work on this stream wait until `event`'s latest record has completed. Does not block the host.")
     .def(
       "add_callback",
@@ -595,28 +638,41 @@ callback becomes part of the Graph and runs at each launch.)doc")
     .def(
       "use",
       [](py::object const& self) {
-        static_cast<void>(self.cast<py_stream const&>());
-        current_streams.current = self;
+        int const device = check_current_device(self.cast<py_stream const&>(), "Stream.use");
+        current_streams& streams = the_current_streams;
+        streams.reserve(device);
+        streams.current[static_cast<std::size_t>(device)] = self;
         return self;
       },
-      "Makes this stream the calling thread's current stream (no restoring; see `with`). Returns self.")
+      "Makes this stream its device's current stream on the calling thread (no restoring; see `with`). "
+      "Returns self. Raises ValueError when the stream's device is not the current device.")
     .def(
       "__enter__",
       [](py::object const& self) {
-        current_streams.previous.push_back(current_streams.current);
-        current_streams.current = self;
+        int const device = check_current_device(self.cast<py_stream const&>(), "Stream.__enter__");
+        current_streams& streams = the_current_streams;
+        streams.reserve(device);
+        streams.stacks[static_cast<std::size_t>(device)].push_back(self);
+        streams.entered.push_back(device);
+        streams.current[static_cast<std::size_t>(device)] = self;
         return self;
       },
-      "Makes this stream the thread's current stream; __exit__ restores the previous one.")
+      "Makes this stream its device's current stream on the calling thread; __exit__ makes the stream of the "
+      "enclosing `with` block of that device (or the null stream) current again. Raises ValueError when the "
+      "stream's device is not the current device.")
     .def(
       "__exit__",
       [](py::object const& /*self*/, py::args const& /*exception*/) {
-        expects(!current_streams.previous.empty(), "Stream.__exit__ without __enter__ on this thread");
-        current_streams.current = std::move(current_streams.previous.back());
-        current_streams.previous.pop_back();
+        current_streams& streams = the_current_streams;
+        expects(!streams.entered.empty(), "Stream.__exit__ without __enter__ on this thread");
+        auto const device = static_cast<std::size_t>(streams.entered.back());
+        streams.entered.pop_back();
+        std::vector<py::object>& stack = streams.stacks[device];
+        stack.pop_back();
+        streams.current[device] = stack.empty() ? py::object{} : stack.back();
         return false;
       },
-      "Restores the stream that was current before __enter__.")
+      "Makes the stream of the enclosing `with` block of the stream's device (or the null stream) current again.")
     .def("__hash__", [](py_stream const& s) { return py::hash(py::int_(to_int(s.handle))); })
     .def("__eq__",
          [](py_stream const& s, py::object const& other) -> py::object {
@@ -635,9 +691,11 @@ callback becomes part of the Graph and runs at each launch.)doc")
 cupy.cuda.ExternalStream): ExternalStream(ptr, device_id=-1) wraps the cudaStream_t `ptr` without owning it;
 destroying the object leaves the stream alone, and whoever created it must keep it alive while this is used.
 device_id -1 means the current device.)doc")
-    .def(py::init([](py::handle ptr, int device_id) {
+    .def(py::init([](py::handle ptr, checked<int, "device_id"> device_id_argument) {
+           int const device_id = device_id_argument.value;
+           if (device_id >= 0) { static_cast<void>(device_argument(py::int_(device_id), "device_id")); }
            auto stream = std::make_unique<py_external_stream>();
-           stream->handle = to_stream(ptr).value();
+           stream->handle = to_stream(ptr, "ptr").value();
            stream->device = device_id < 0 ? get_current_cuda_device().value() : device_id;
            return stream;
          }),
@@ -648,8 +706,16 @@ device_id -1 means the current device.)doc")
   stream_class.attr("null") = null_stream;
   stream_class.attr("ptds") = py::cast(make_stream(false, false, true, py::none(), true));
 
-  m.def("get_current_stream", &current_stream,
-        "The calling thread's current stream (set by `with stream:` or Stream.use()); Stream.null when none.");
+  m.def(
+    "get_current_stream",
+    [](py::object const& device_id) {
+      if (device_id.is_none()) { return current_stream(); }
+      return current_stream_of(device_argument(device_id, "device_id"));
+    },
+    py::arg("device_id") = py::none(),
+    "The calling thread's current stream of device `device_id` (None: the current device), set by `with "
+    "stream:` or Stream.use(); Stream.null when none (CuPy's cupy.cuda.get_current_stream). Raises "
+    "ValueError for a device that does not exist.");
 }
 
 registration const cuda_registration{binding_order::cuda, "cuda", [](py::module_& m) {

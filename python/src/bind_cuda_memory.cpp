@@ -21,6 +21,9 @@
 #include <pybind11/detail/exception_translation.h>
 #endif
 
+#include <gpumem/mr/detail/align.hpp>
+
+#include <optional>
 #include <sstream>
 
 namespace gpumem::python {
@@ -164,17 +167,41 @@ std::string describe(device_memory const& memory, py::handle self)
 
 // ---- bind_cuda_memory.hpp's helpers ----------------------------------------------------------------------
 
-std::size_t checked_size(std::int64_t value, char const* what)
+std::size_t limit_bytes(py::handle size, py::handle fraction, int device)
 {
-  if (value < 0) { throw py::value_error(std::string{what} + " must be >= 0, not " + std::to_string(value)); }
-  return static_cast<std::size_t>(value);
+  if (!size.is_none() && !fraction.is_none()) { throw py::value_error("size and fraction cannot be specified at one time"); }
+  if (!size.is_none()) {
+    if (PyIndex_Check(size.ptr()) != 0 && PyObject_RichCompareBool(size.ptr(), py::int_(0).ptr(), Py_LT) == 1) {
+      throw py::value_error("memory limit size out of range: " + std::string{py::repr(size)});
+    }
+    return static_cast<std::size_t>(unsigned_argument(size, "size", SIZE_MAX));
+  }
+  if (fraction.is_none()) { return 0; }
+  auto const f = convert_argument<double>(fraction, "fraction");
+  if (!(f >= 0.0 && f <= 1.0)) { throw py::value_error("memory limit fraction out of range: " + std::string{py::repr(fraction)}); }
+  auto const total = static_cast<double>(available_device_memory(cuda_device_id{device}).total);
+  return static_cast<std::size_t>(f * total);
+}
+
+std::size_t rounded_request(std::size_t bytes, std::size_t unit, char const* what)
+{
+  std::optional<std::size_t> const rounded = gpumem::detail::checked_align_up(bytes, unit);
+  if (!rounded) {
+    throw bad_alloc(std::string{what} + ": a request of " + std::to_string(bytes) + " bytes cannot be served: rounding "
+                    "it up to a multiple of " + std::to_string(unit) + " overflows");
+  }
+  return *rounded;
 }
 
 std::string with_commas(std::size_t bytes)
 {
-  std::string digits = std::to_string(bytes);
-  for (auto i = static_cast<std::ptrdiff_t>(digits.size()) - 3; i > 0; i -= 3) { digits.insert(static_cast<std::size_t>(i), ","); }
-  return digits;
+  std::string const digits = std::to_string(bytes);
+  std::string grouped;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i != 0 && (digits.size() - i) % 3 == 0) { grouped.push_back(','); }
+    grouped.push_back(digits[i]);
+  }
+  return grouped;
 }
 
 int current_device_id() { return detail::get_backend().current_device(); }
@@ -258,7 +285,7 @@ Memory(size): `size` bytes from the current device's current gpumem resource
 the legacy default stream. The memory is freed when the object goes (the resource is kept alive until then).
 size 0 allocates nothing (ptr 0). Raises ValueError for a negative size, OutOfMemoryError when the memory is
 not there.)doc")
-    .def(py::init([](std::int64_t size) { return resource_memory::allocate(checked_size(size, "Memory: size")); }),
+    .def(py::init([](size_argument size) { return resource_memory::allocate(size.value); }),
          py::arg("size"));
 
   py::class_<managed_memory, device_memory, std::shared_ptr<managed_memory>>(cuda, "ManagedMemory", R"doc(Managed
@@ -266,7 +293,9 @@ not there.)doc")
 the host and every device, freed when the object goes.
 
 ManagedMemory(size): raises ValueError for a negative size, OutOfMemoryError when the memory is not there.)doc")
-    .def(py::init([](std::int64_t size) { return managed_memory::allocate(checked_size(size, "ManagedMemory: size")); }),
+    .def(py::init([](size_argument size) {
+           return managed_memory::allocate(size.value);
+         }),
          py::arg("size"))
     .def(
       "prefetch",
@@ -286,11 +315,10 @@ that gpumem does not own (CuPy's cupy.cuda.UnownedMemory).
 UnownedMemory(ptr, size, owner, device_id=None): `size` bytes at address `ptr` (an int), kept valid by
 `owner`, which the object keeps alive. device_id None means the current device (CuPy asks the driver; give
 it explicitly for memory of another device). Raises ValueError for a negative size or pointer.)doc")
-    .def(py::init([](std::int64_t ptr, std::int64_t size, py::object owner, py::object const& device_id) {
-           std::size_t const address = checked_size(ptr, "UnownedMemory: ptr");
-           std::size_t const bytes = checked_size(size, "UnownedMemory: size");
-           int const device = device_id.is_none() ? current_device_id() : device_id.cast<int>();
-           check_device_id(cuda_device_id{device});
+    .def(py::init([](checked<std::uintptr_t, "ptr"> ptr, size_argument size, py::object owner, py::object const& device_id) {
+           std::uintptr_t const address = ptr.value;
+           std::size_t const bytes = size.value;
+           int const device = device_id.is_none() ? current_device_id() : device_argument(device_id, "device_id");
            return std::make_shared<unowned_memory>(address, bytes, device, std::move(owner));
          }),
          py::arg("ptr"), py::arg("size"), py::arg("owner"), py::arg("device_id") = py::none())

@@ -12,10 +12,11 @@
 // Python object's deallocation, or by code that holds the GIL). So a destructor may drop Python references;
 // one that waits (a device free, a pending copy) releases the GIL around the wait (without_gil).
 //
-// The thread's current stream is gpumem.cuda.get_current_stream() (bind_cuda.cpp keeps it per thread);
+// The current stream is gpumem.cuda.get_current_stream() (bind_cuda.cpp keeps one per device and thread);
 // current_stream() asks it, and keeps the Stream object so that memory freed on it can hold the stream alive.
 #pragma once
 
+#include "arguments.hpp"
 #include "conversions.hpp"
 
 #include <gpumem/cuda_device_id.hpp>
@@ -67,11 +68,22 @@ void release_on(int device, Release&& release) noexcept
   }
 }
 
+/** @brief A `size` argument: an int in [0, SIZE_MAX] (TypeError or ValueError naming it otherwise). */
+using size_argument = checked<std::size_t, "size">;
+
 /**
- * @brief A byte count from Python: `value` must be a non-negative int.
- * @throws py::value_error naming `what` and the value when it is negative.
+ * @brief CuPy's set_limit(size=None, fraction=None) of a pool as bytes: `size` bytes, or `fraction` (in
+ * [0, 1]) of device `device`'s total memory; 0 (no limit) for neither.
+ * @throws py::value_error as CuPy for both, a negative size or a fraction out of range; py::type_error (and
+ *         py::value_error past SIZE_MAX) naming the argument otherwise.
  */
-[[nodiscard]] std::size_t checked_size(std::int64_t value, char const* what);
+[[nodiscard]] std::size_t limit_bytes(py::handle size, py::handle fraction, int device);
+
+/**
+ * @brief `bytes` rounded up to a multiple of `unit` (a power of two), the block size a pool hands out.
+ * @throws gpumem::bad_alloc (MemoryError) naming `what` and the size when the rounding overflows.
+ */
+[[nodiscard]] std::size_t rounded_request(std::size_t bytes, std::size_t unit, char const* what);
 
 /** @brief `bytes` as CuPy writes sizes in messages: "1,048,576". */
 [[nodiscard]] std::string with_commas(std::size_t bytes);
@@ -102,7 +114,7 @@ struct stream_ref {
   }
 };
 
-/** @brief The thread's current stream (gpumem.cuda.get_current_stream()). @pre the GIL is held. */
+/** @brief The thread's current stream of the current device (gpumem.cuda.get_current_stream()). @pre the GIL is held. */
 [[nodiscard]] stream_ref current_stream();
 
 /**

@@ -43,13 +43,14 @@ struct python_function_allocator {
   py::object malloc_func;
   py::object free_func;
 
-  py::object malloc(std::int64_t size) const
+  py::object malloc(size_argument size) const
   {
-    std::size_t const bytes = checked_size(size, "PythonFunctionAllocator: size");
+    std::size_t const bytes = size.value;
     int const device = current_device_id();
     std::uintptr_t ptr = 0;
     if (bytes > 0) {
-      ptr = malloc_func(bytes, device).cast<std::uintptr_t>();
+      ptr = static_cast<std::uintptr_t>(
+        unsigned_argument(malloc_func(bytes, device), "PythonFunctionAllocator: malloc_func's result", UINTPTR_MAX));
       if (ptr == 0) {
         throw out_of_memory("PythonFunctionAllocator: malloc_func returned 0 for " + with_commas(bytes) + " bytes on device " +
                             std::to_string(device));
@@ -92,9 +93,9 @@ struct c_function_allocator {
   c_free free_func{};
   py::object owner;
 
-  py::object malloc(std::int64_t size) const
+  py::object malloc(size_argument size) const
   {
-    std::size_t const bytes = checked_size(size, "CFunctionAllocator: size");
+    std::size_t const bytes = size.value;
     int const device = current_device_id();
     void* p = nullptr;
     if (bytes > 0) {
@@ -151,10 +152,11 @@ CFunctionAllocator(param, malloc_func, free_func, owner): ints: `param` an addre
 from it lives (it should keep param and the functions valid). The functions are called with the GIL
 released; a NULL from malloc raises OutOfMemoryError. Called as allocator(size) or allocator.malloc(size),
 returning a MemoryPointer; size 0 calls neither function.)doc")
-    .def(py::init([](std::uintptr_t param, std::uintptr_t malloc_func, std::uintptr_t free_func, py::object owner) {
-           return c_function_allocator{reinterpret_cast<void*>(param),  // NOLINT(performance-no-int-to-ptr)
-                                       to_function<c_malloc>(malloc_func, "malloc_func"),
-                                       to_function<c_free>(free_func, "free_func"), std::move(owner)};
+    .def(py::init([](checked<std::uintptr_t, "param"> param, checked<std::uintptr_t, "malloc_func"> malloc_func,
+                     checked<std::uintptr_t, "free_func"> free_func, py::object owner) {
+           return c_function_allocator{reinterpret_cast<void*>(param.value),  // NOLINT(performance-no-int-to-ptr)
+                                       to_function<c_malloc>(malloc_func.value, "malloc_func"),
+                                       to_function<c_free>(free_func.value, "free_func"), std::move(owner)};
          }),
          py::arg("param"), py::arg("malloc_func"), py::arg("free_func"), py::arg("owner"))
     .def("malloc", &c_function_allocator::malloc, py::arg("size"),

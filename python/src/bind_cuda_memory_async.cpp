@@ -111,7 +111,8 @@ std::shared_ptr<cuda_async_view_memory_resource> resource_for(py::handle handle,
                                                                cuda_device_id{device});
     }
   } else if (py::isinstance<py::int_>(handle)) {
-    auto* const pool = reinterpret_cast<cudaMemPool_t>(handle.cast<std::uintptr_t>());  // NOLINT(performance-no-int-to-ptr)
+    auto* const pool = reinterpret_cast<cudaMemPool_t>(  // NOLINT(performance-no-int-to-ptr)
+      static_cast<std::uintptr_t>(unsigned_argument(handle, "pool_handles", UINTPTR_MAX)));
     return std::make_shared<cuda_async_view_memory_resource>(pool, cuda_device_id{device});
   }
   throw py::value_error("MemoryAsyncPool: a pool handle must be 'current' (gpumem's pool of the device), 'default' "
@@ -141,15 +142,15 @@ class memory_async_pool {
     return entries_.at(static_cast<std::size_t>(device));
   }
 
-  py::object malloc(std::int64_t size)
+  py::object malloc(size_argument size)
   {
-    std::size_t const bytes = checked_size(size, "MemoryAsyncPool.malloc: size");
+    std::size_t const bytes = size.value;
     int const device = current_device_id();
     async_pool_entry& e = entry();
     if (bytes == 0) {
       return to_python(memory_pointer{std::make_shared<async_memory>(nullptr, 0, device, e.resource, stream_ref{}), 0});
     }
-    std::size_t const rounded = gpumem::detail::align_up(bytes, gpumem::detail::allocation_alignment);
+    std::size_t const rounded = rounded_request(bytes, gpumem::detail::allocation_alignment, "MemoryAsyncPool.malloc");
     stream_ref stream = current_stream();
     void* p = nullptr;
     {
@@ -187,23 +188,6 @@ class memory_async_pool {
   std::vector<async_pool_entry> entries_;  // by device ordinal
 };
 
-/** @brief CuPy's set_limit arguments as bytes (the same rules as MemoryPool.set_limit). */
-std::size_t limit_bytes(py::object const& size, py::object const& fraction)
-{
-  if (size.is_none()) {
-    if (fraction.is_none()) { return 0; }
-    auto const f = fraction.cast<double>();
-    if (!(f >= 0.0 && f <= 1.0)) {
-      throw py::value_error("memory limit fraction out of range: " + std::string{py::str(fraction)});
-    }
-    return static_cast<std::size_t>(f * static_cast<double>(available_device_memory().total));
-  }
-  if (!fraction.is_none()) { throw py::value_error("size and fraction cannot be specified at one time"); }
-  py::int_ const bytes{size};
-  if (bytes.cast<std::int64_t>() < 0) { throw py::value_error("memory limit size out of range: " + std::string{py::str(size)}); }
-  return bytes.cast<std::size_t>();
-}
-
 }  // namespace
 
 void bind_memory_async(py::module_& cuda)
@@ -216,8 +200,8 @@ MemoryAsync(size, stream): `size` bytes usable at once by work on `stream` (a St
 cudaStream_t), freed on that stream when the object goes (a Stream object is kept alive until then; a stream
 given as an int must outlive the memory). Raises ValueError for a negative size, OutOfMemoryError when the
 memory is not there.)doc")
-    .def(py::init([](std::int64_t size, py::handle stream) {
-           std::size_t const bytes = checked_size(size, "MemoryAsync: size");
+    .def(py::init([](size_argument size, py::handle stream) {
+           std::size_t const bytes = size.value;
            if (stream.is_none()) { throw py::type_error("MemoryAsync: `stream` is required (a Stream or an int handle)"); }
            stream_ref s = stream_argument(stream);
            int const device = current_device_id();
@@ -271,7 +255,7 @@ set_allocator(MemoryAsyncPool().malloc).)doc")
     .def(
       "set_limit",
       [](memory_async_pool& pool, py::object const& size, py::object const& fraction) {
-        std::size_t const bytes = limit_bytes(size, fraction);
+        std::size_t const bytes = limit_bytes(size, fraction, current_device_id());
         async_pool_entry& e = pool.entry();
         py::gil_scoped_release const release;
         std::lock_guard const lock{*e.mutex};

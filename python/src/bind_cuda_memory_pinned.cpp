@@ -129,8 +129,8 @@ std::shared_ptr<pinned_memory> to_pinned_memory(py::handle mem)
 {
   if (py::isinstance<pinned_memory>(mem)) { return mem.cast<std::shared_ptr<pinned_memory>>(); }
   if (py::hasattr(mem, "ptr") && py::hasattr(mem, "size")) {
-    auto const ptr = mem.attr("ptr").cast<std::uintptr_t>();
-    std::size_t const size = checked_size(mem.attr("size").cast<std::int64_t>(), "PinnedMemoryPointer: mem.size");
+    auto const ptr = static_cast<std::uintptr_t>(unsigned_argument(mem.attr("ptr"), "PinnedMemoryPointer: mem.ptr", UINTPTR_MAX));
+    auto const size = static_cast<std::size_t>(unsigned_argument(mem.attr("size"), "PinnedMemoryPointer: mem.size", SIZE_MAX));
     return std::make_shared<foreign_pinned_memory>(ptr, size, py::reinterpret_borrow<py::object>(mem));
   }
   throw py::type_error("PinnedMemoryPointer: `mem` must be a gpumem.cuda.PinnedMemory or an object with .ptr and "
@@ -344,11 +344,11 @@ class pinned_pool {
  public:
   explicit pinned_pool(std::shared_ptr<pinned_pool_state> state) noexcept : state_{std::move(state)} {}
 
-  py::object malloc(std::int64_t size)
+  py::object malloc(size_argument size)
   {
-    std::size_t const bytes = checked_size(size, "PinnedMemoryPool.malloc: size");
+    std::size_t const bytes = size.value;
     if (bytes == 0) { return py::cast(pinned_memory_pointer{host_alloc_memory::allocate(0, 0), 0}); }
-    std::size_t const rounded = gpumem::detail::align_up(bytes, pinned_unit);
+    std::size_t const rounded = rounded_request(bytes, pinned_unit, "PinnedMemoryPool.malloc");
     pinned_block block = state_->take(rounded);
     std::shared_ptr<pooled_pinned_memory> memory;
     try {
@@ -387,8 +387,8 @@ PinnedMemory(size, flags=0): `size` bytes (cudaHostAlloc). flags: 0, or cudaHost
 cudaHostAllocMapped (2), which gpumem's pinned memory always is; cudaHostAllocWriteCombined (4) raises
 ValueError. Freed when the object goes, after the asynchronous copies that use it have run. Raises ValueError
 for a negative size, OutOfMemoryError when the memory cannot be pinned. Attributes: ptr, size; int(mem) is ptr.)doc")
-    .def(py::init([](std::int64_t size, unsigned flags) {
-           return host_alloc_memory::allocate(checked_size(size, "PinnedMemory: size"), flags);
+    .def(py::init([](size_argument size, checked<unsigned, "flags"> flags) {
+           return host_alloc_memory::allocate(size.value, flags.value);
          }),
          py::arg("size"), py::arg("flags") = 0)
     .def_property_readonly("ptr", &pinned_memory::ptr, "The address of the memory (an int; 0 when empty or freed).")
@@ -417,7 +417,9 @@ PinnedMemoryPointer(mem, offset): the place `offset` bytes into `mem` (a PinnedM
 .ptr and .size), kept alive by the pointer; offset must lie in [0, mem.size] (ValueError otherwise, also for
 p + n, p - n, p += n, p -= n leaving that range). The pointer is a writable Python buffer of the bytes from
 it to the end of the memory (format 'b', as CuPy's), so numpy.frombuffer(p, numpy.float32, n) views them.)doc")
-    .def(py::init([](py::handle mem, std::int64_t offset) { return pinned_memory_pointer{to_pinned_memory(mem), offset}; }),
+    .def(py::init([](py::handle mem, checked<std::int64_t, "offset"> offset) {
+           return pinned_memory_pointer{to_pinned_memory(mem), offset.value};
+         }),
          py::arg("mem"), py::arg("offset"))
     .def_buffer([](pinned_memory_pointer& p) {
       return py::buffer_info(reinterpret_cast<void*>(p.ptr()), 1, "b", static_cast<py::ssize_t>(p.remaining()));  // NOLINT

@@ -10,6 +10,7 @@
 // destination written; pinned memory is copied asynchronously, and a gpumem PinnedMemory remembers the copy
 // (pinned_memory::record_use) so that it is not freed or reused before the copy has run.
 #include "bind_cuda_memory.hpp"
+#include "host_buffer.hpp"
 
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_device_id.hpp>
@@ -39,9 +40,10 @@ std::shared_ptr<device_memory> to_memory(py::handle mem)
 {
   if (py::isinstance<device_memory>(mem)) { return mem.cast<std::shared_ptr<device_memory>>(); }
   if (py::hasattr(mem, "ptr") && py::hasattr(mem, "size")) {
-    auto const ptr = mem.attr("ptr").cast<std::uintptr_t>();
-    std::size_t const size = checked_size(mem.attr("size").cast<std::int64_t>(), "MemoryPointer: mem.size");
-    int const device = py::hasattr(mem, "device_id") ? mem.attr("device_id").cast<int>() : current_device_id();
+    auto const ptr = static_cast<std::uintptr_t>(unsigned_argument(mem.attr("ptr"), "MemoryPointer: mem.ptr", UINTPTR_MAX));
+    auto const size = static_cast<std::size_t>(unsigned_argument(mem.attr("size"), "MemoryPointer: mem.size", SIZE_MAX));
+    int const device = py::hasattr(mem, "device_id") ? convert_argument<int>(mem.attr("device_id"), "MemoryPointer: mem.device_id")
+                                                     : current_device_id();
     return std::make_shared<foreign_memory>(ptr, size, device, py::reinterpret_borrow<py::object>(mem));
   }
   throw py::type_error("MemoryPointer: `mem` must be a gpumem.cuda.BaseMemory or an object with .ptr and .size, not " +
@@ -97,7 +99,8 @@ class host_region {
   host_region(py::handle object, bool writable, char const* what)
   {
     if (py::isinstance<py::int_>(object)) {
-      address_ = checked_size(object.cast<std::int64_t>(), (std::string{what} + ": the host address").c_str());
+      std::string const name = std::string{what} + ": mem (a host address)";
+      address_ = static_cast<std::uintptr_t>(unsigned_argument(object, name.c_str(), UINTPTR_MAX));
       return;
     }
     if (py::isinstance<pinned_memory_pointer>(object)) {
@@ -125,15 +128,10 @@ class host_region {
       return;
     }
     if (PyObject_CheckBuffer(object.ptr()) != 0) {
-      int const flags = PyBUF_ANY_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-      if (PyObject_GetBuffer(object.ptr(), &view_, flags) != 0) {
-        py::error_already_set const error;
-        throw py::value_error(std::string{what} + ": the host buffer must be contiguous" +
-                              (writable ? " and writable" : "") + " (" + error.what() + ")");
-      }
-      held_ = true;
-      address_ = to_int(view_.buf);
-      size_ = static_cast<std::size_t>(view_.len);
+      std::string const name = std::string{what} + ": the host buffer";
+      buffer_.emplace(object, writable ? host_buffer::access::write : host_buffer::access::read, 'A', name.c_str());
+      address_ = to_int(buffer_->data());
+      size_ = buffer_->size();
       pinned_ = pinned_owner(object, address_);
       return;
     }
@@ -142,10 +140,7 @@ class host_region {
                          "buffer-protocol object (a NumPy array), not " +
                          std::string{py::str(py::type::of(object).attr("__name__"))});
   }
-  ~host_region()
-  {
-    if (held_) { PyBuffer_Release(&view_); }
-  }
+  ~host_region() = default;
   host_region(host_region const&) = delete;
   host_region& operator=(host_region const&) = delete;
   host_region(host_region&&) = delete;
@@ -170,22 +165,20 @@ class host_region {
   std::uintptr_t address_{};
   std::optional<std::size_t> size_;
   std::shared_ptr<pinned_memory> pinned_;
-  Py_buffer view_{};
-  bool held_{false};
+  std::optional<host_buffer> buffer_;  // a buffer-protocol object's bytes, released with the region
 };
 
 void* address(memory_pointer const& p) { return reinterpret_cast<void*>(p.ptr); }  // NOLINT(performance-no-int-to-ptr)
 
 /** @brief A size argument checked against what is left of `p`'s memory. */
-std::size_t device_extent(memory_pointer const& p, std::int64_t size, char const* what)
+std::size_t device_extent(memory_pointer const& p, std::size_t size, char const* what)
 {
-  std::size_t const bytes = checked_size(size, (std::string{what} + ": size").c_str());
-  if (bytes > p.remaining()) {
-    throw py::value_error(std::string{what} + ": size " + std::to_string(bytes) + " exceeds the " +
+  if (size > p.remaining()) {
+    throw py::value_error(std::string{what} + ": size " + std::to_string(size) + " exceeds the " +
                           std::to_string(p.remaining()) + " bytes from the pointer (offset " + std::to_string(p.offset) +
                           ") to the end of its memory");
   }
-  return bytes;
+  return size;
 }
 
 /**
@@ -203,7 +196,7 @@ cudaStream_t run_copy(memory_pointer const& p, py::handle stream, bool async, Co
   return s.handle;
 }
 
-void copy_from_host(memory_pointer const& self, py::handle src, std::int64_t size, py::handle stream, bool async)
+void copy_from_host(memory_pointer const& self, py::handle src, std::size_t size, py::handle stream, bool async)
 {
   char const* const what = async ? "copy_from_host_async" : "copy_from_host";
   std::size_t const bytes = device_extent(self, size, what);
@@ -216,7 +209,7 @@ void copy_from_host(memory_pointer const& self, py::handle src, std::int64_t siz
   if (async && host.pinned() != nullptr) { host.pinned()->record_use(cuda_stream_view{used}); }
 }
 
-void copy_to_host(memory_pointer const& self, py::handle dst, std::int64_t size, py::handle stream, bool async)
+void copy_to_host(memory_pointer const& self, py::handle dst, std::size_t size, py::handle stream, bool async)
 {
   char const* const what = async ? "copy_to_host_async" : "copy_to_host";
   std::size_t const bytes = device_extent(self, size, what);
@@ -229,7 +222,7 @@ void copy_to_host(memory_pointer const& self, py::handle dst, std::int64_t size,
   if (async && host.pinned() != nullptr) { host.pinned()->record_use(cuda_stream_view{used}); }
 }
 
-void copy_from_device(memory_pointer const& self, memory_pointer const& src, std::int64_t size, py::handle stream,
+void copy_from_device(memory_pointer const& self, memory_pointer const& src, std::size_t size, py::handle stream,
                       bool async)
 {
   char const* const what = async ? "copy_from_device_async" : "copy_from_device";
@@ -241,7 +234,7 @@ void copy_from_device(memory_pointer const& self, memory_pointer const& src, std
   });
 }
 
-void copy_from(memory_pointer const& self, py::handle mem, std::int64_t size, py::handle stream, bool async)
+void copy_from(memory_pointer const& self, py::handle mem, std::size_t size, py::handle stream, bool async)
 {
   if (py::isinstance<memory_pointer>(mem)) {
     copy_from_device(self, mem.cast<memory_pointer const&>(), size, stream, async);
@@ -250,7 +243,7 @@ void copy_from(memory_pointer const& self, py::handle mem, std::int64_t size, py
   }
 }
 
-void memset(memory_pointer const& self, int value, std::int64_t size, py::handle stream, bool async)
+void memset(memory_pointer const& self, int value, std::size_t size, py::handle stream, bool async)
 {
   std::size_t const bytes = device_extent(self, size, async ? "memset_async" : "memset");
   if (bytes == 0) { return; }
@@ -305,7 +298,9 @@ int address, a ctypes pointer, a PinnedMemoryPointer/PinnedMemory, or a contiguo
 buffer where its size is known (ValueError). Pageable host memory is staged through pinned buffers:
 copy_from_host_async returns once the source has been read, copy_to_host_async once the destination is
 written. A pinned destination or source is copied asynchronously: synchronise the stream before reading it.)doc")
-    .def(py::init([](py::handle mem, std::int64_t offset) { return memory_pointer{to_memory(mem), offset}; }),
+    .def(py::init([](py::handle mem, checked<std::int64_t, "offset"> offset) {
+           return memory_pointer{to_memory(mem), offset.value};
+         }),
          py::arg("mem"), py::arg("offset"))
     .def_readonly("ptr", &memory_pointer::ptr, "The address the pointer refers to (an int).")
     .def_property_readonly("mem", &memory_object, "The memory the pointer points into (kept alive by the pointer).")
@@ -355,36 +350,45 @@ written. A pinned destination or source is copied asynchronously: synchronise th
       py::is_operator(), "Moves the pointer `n` bytes back, in place (ValueError outside the memory).")
     .def("__repr__", &describe)
     .def(
-      "memset", [](memory_pointer const& p, int value, std::int64_t size) { memset(p, value, size, py::none(), false); },
+      "memset",
+      [](memory_pointer const& p, checked<int, "value"> value, size_argument size) {
+        memset(p, value.value, size.value, py::none(), false);
+      },
       py::arg("value"), py::arg("size"),
       "Sets `size` bytes to `value` (its low byte, as cudaMemset) on the legacy default stream; returns when done.")
     .def(
       "memset_async",
-      [](memory_pointer const& p, int value, std::int64_t size, py::handle stream) { memset(p, value, size, stream, true); },
+      [](memory_pointer const& p, checked<int, "value"> value, size_argument size, py::handle stream) {
+        memset(p, value.value, size.value, stream, true);
+      },
       py::arg("value"), py::arg("size"), py::arg("stream") = py::none(),
       "Sets `size` bytes to `value` on `stream` (None: the current stream); does not wait.")
     .def(
       "copy_from_host",
-      [](memory_pointer const& p, py::handle mem, std::int64_t size) { copy_from_host(p, mem, size, py::none(), false); },
+      [](memory_pointer const& p, py::handle mem, size_argument size) {
+        copy_from_host(p, mem, size.value, py::none(), false);
+      },
       py::arg("mem"), py::arg("size"),
       "Copies `size` bytes from host memory `mem` to the pointer, on the legacy default stream; returns when done.")
     .def(
       "copy_from_host_async",
-      [](memory_pointer const& p, py::handle mem, std::int64_t size, py::handle stream) {
-        copy_from_host(p, mem, size, stream, true);
+      [](memory_pointer const& p, py::handle mem, size_argument size, py::handle stream) {
+        copy_from_host(p, mem, size.value, stream, true);
       },
       py::arg("mem"), py::arg("size"), py::arg("stream") = py::none(),
       "Copies `size` bytes from host memory `mem` on `stream` (None: the current stream). Returns once a "
       "pageable source has been read; a pinned source must stay unchanged until the stream has run the copy.")
     .def(
       "copy_to_host",
-      [](memory_pointer const& p, py::handle mem, std::int64_t size) { copy_to_host(p, mem, size, py::none(), false); },
+      [](memory_pointer const& p, py::handle mem, size_argument size) {
+        copy_to_host(p, mem, size.value, py::none(), false);
+      },
       py::arg("mem"), py::arg("size"),
       "Copies `size` bytes from the pointer to host memory `mem` on the legacy default stream; returns when done.")
     .def(
       "copy_to_host_async",
-      [](memory_pointer const& p, py::handle mem, std::int64_t size, py::handle stream) {
-        copy_to_host(p, mem, size, stream, true);
+      [](memory_pointer const& p, py::handle mem, size_argument size, py::handle stream) {
+        copy_to_host(p, mem, size.value, stream, true);
       },
       py::arg("mem"), py::arg("size"), py::arg("stream") = py::none(),
       "Copies `size` bytes to host memory `mem` on `stream` (None: the current stream), after the work "
@@ -392,28 +396,28 @@ written. A pinned destination or source is copied asynchronously: synchronise th
       "the stream has run the copy.")
     .def(
       "copy_from_device",
-      [](memory_pointer const& p, memory_pointer const& src, std::int64_t size) {
-        copy_from_device(p, src, size, py::none(), false);
+      [](memory_pointer const& p, checked<memory_pointer*, "src"> src, size_argument size) {
+        copy_from_device(p, *src.value, size.value, py::none(), false);
       },
       py::arg("src"), py::arg("size"),
       "Copies `size` bytes from device pointer `src` (a MemoryPointer, possibly of another device) on the legacy "
       "default stream; returns when done.")
     .def(
       "copy_from_device_async",
-      [](memory_pointer const& p, memory_pointer const& src, std::int64_t size, py::handle stream) {
-        copy_from_device(p, src, size, stream, true);
+      [](memory_pointer const& p, checked<memory_pointer*, "src"> src, size_argument size, py::handle stream) {
+        copy_from_device(p, *src.value, size.value, stream, true);
       },
       py::arg("src"), py::arg("size"), py::arg("stream") = py::none(),
       "Copies `size` bytes from device pointer `src` on `stream` (None: the current stream); does not wait.")
     .def(
       "copy_from",
-      [](memory_pointer const& p, py::handle mem, std::int64_t size) { copy_from(p, mem, size, py::none(), false); },
+      [](memory_pointer const& p, py::handle mem, size_argument size) { copy_from(p, mem, size.value, py::none(), false); },
       py::arg("mem"), py::arg("size"),
       "copy_from_device when `mem` is a MemoryPointer, else copy_from_host.")
     .def(
       "copy_from_async",
-      [](memory_pointer const& p, py::handle mem, std::int64_t size, py::handle stream) {
-        copy_from(p, mem, size, stream, true);
+      [](memory_pointer const& p, py::handle mem, size_argument size, py::handle stream) {
+        copy_from(p, mem, size.value, stream, true);
       },
       py::arg("mem"), py::arg("size"), py::arg("stream") = py::none(),
       "copy_from_device_async when `mem` is a MemoryPointer, else copy_from_host_async.");

@@ -251,9 +251,8 @@ class memory_pool {
     return device < states_.size() ? states_[device].get() : nullptr;
   }
 
-  py::object malloc(std::int64_t size)
+  py::object malloc(std::size_t bytes)
   {
-    std::size_t const bytes = checked_size(size, "MemoryPool.malloc: size");
     if (bytes == 0) { return to_python(memory_pointer{std::make_shared<pooled_memory>(current_device_id()), 0}); }
     std::shared_ptr<pool_state> const st = state();  // a copy: gc.collect() below may run Python code
     stream_ref stream = current_stream();
@@ -309,24 +308,6 @@ std::size_t statistic(memory_pool const& pool, Query&& query)
   return st == nullptr ? 0 : std::forward<Query>(query)(st->pool());
 }
 
-/** @brief CuPy's set_limit arguments as a byte count on `device`. @throws py::value_error as CuPy. */
-std::size_t limit_bytes(py::object const& size, py::object const& fraction, int device)
-{
-  if (size.is_none()) {
-    if (fraction.is_none()) { return 0; }
-    auto const f = fraction.cast<double>();
-    if (!(f >= 0.0 && f <= 1.0)) {
-      throw py::value_error("memory limit fraction out of range: " + std::string{py::str(fraction)});
-    }
-    auto const total = static_cast<double>(available_device_memory(cuda_device_id{device}).total);
-    return static_cast<std::size_t>(f * total);
-  }
-  if (!fraction.is_none()) { throw py::value_error("size and fraction cannot be specified at one time"); }
-  py::int_ const bytes{size};
-  if (bytes.cast<std::int64_t>() < 0) { throw py::value_error("memory limit size out of range: " + std::string{py::str(size)}); }
-  return bytes.cast<std::size_t>();
-}
-
 /**
  * @brief MemoryPool.malloc as a plain CPython method: pybind11's dispatch (argument casters that look the
  * types up by name on every call) would cost more than the allocation. Same behaviour as memory_pool::malloc.
@@ -335,9 +316,12 @@ PyObject* malloc_method(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
 {
   PyObject* const size_object = single_argument(args, nargs, kwnames, "MemoryPool.malloc", "size");
   if (size_object == nullptr) { return nullptr; }
-  long long const size = PyLong_AsLongLong(size_object);
-  if (size == -1 && PyErr_Occurred() != nullptr) { return nullptr; }
   try {
+    std::size_t size = PyLong_CheckExact(size_object) ? PyLong_AsSize_t(size_object) : SIZE_MAX;  // the common case
+    if (size == SIZE_MAX && (PyErr_Occurred() != nullptr || !PyLong_CheckExact(size_object))) {
+      PyErr_Clear();
+      size = convert_argument<std::size_t>(py::handle{size_object}, "size");  // raises naming it, or converts
+    }
     // The descriptor checked that self is a MemoryPool; its C++ object is the instance's first (only) value.
     auto* const instance = reinterpret_cast<py::detail::instance*>(self);
     auto* const pool = static_cast<memory_pool*>(instance->get_value_and_holder().value_ptr());
@@ -423,7 +407,7 @@ Usage: set_allocator(MemoryPool().malloc), or get_default_memory_pool().)doc");
     .def(
       "set_limit",
       [](memory_pool& pool, py::object const& size, py::object const& fraction) {
-        std::size_t const bytes = limit_bytes(size, fraction, current_device_id());
+        std::size_t const bytes = limit_bytes(size, fraction, current_device_id());  // (bind_cuda_memory.hpp)
         pool.state()->limiter().set_limit(bytes);
       },
       py::arg("size") = py::none(), py::arg("fraction") = py::none(),

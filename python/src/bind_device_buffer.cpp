@@ -8,13 +8,21 @@
 // every allocation and copy.
 //
 // Lifetimes: a DeviceBuffer holds the Python object of the resource that allocated its memory (given, or
-// the current one at construction), so the resource outlives the memory. A DLPack capsule holds the
-// DeviceBuffer until the consumer calls the tensor's deleter (or the unconsumed capsule is collected).
+// the current one at construction), so the resource outlives the memory, and the Python object of its
+// stream (given as a gpumem, CuPy or PyTorch stream; replaced by resize, reserve and shrink_to_fit, which
+// move the buffer to their stream), so the memory is freed on a live stream, as RMM's DeviceBuffer does. A
+// stream given as an int is the caller's to keep alive. A DLPack capsule holds the DeviceBuffer until the
+// consumer calls the tensor's deleter (or the unconsumed capsule is collected).
+//
+// Host objects given to copies are checked by host_buffer (host_buffer.hpp): no Python-object dtypes, C
+// order, writable destinations.
 //
 // Host backend: the "device" memory is host memory, so __dlpack_device__ reports kDLCPU (1) and NumPy can
 // take the buffer with numpy.from_dlpack; on the cuda backend it reports kDLCUDA (2) and the device id.
+#include "arguments.hpp"
 #include "conversions.hpp"
 #include "dlpack_export.hpp"
+#include "host_buffer.hpp"
 #include "registry.hpp"
 
 #include <gpumem/backend/backend.hpp>
@@ -31,32 +39,17 @@
 namespace gpumem::python {
 namespace {
 
-/** @brief What a DeviceBuffer Python object holds. */
+/** @brief What a DeviceBuffer Python object holds. Members are destroyed bottom-up: the memory goes first. */
 struct py_device_buffer {
-  py::object resource;  ///< the allocating resource's Python object; declared first, so destroyed last
+  py::object resource;  ///< the allocating resource's Python object
+  py::object stream;    ///< the Python object of buffer.stream() (none for a stream given as None or an int)
   device_buffer buffer;
+
+  /** @brief Records that `held` is the buffer's stream now. */
+  void set_stream(held_stream const& held) { stream = held.owner; }
 };
 
-/** @brief A contiguous view of a Python buffer-protocol object, released on destruction (GIL held). */
-class host_view {
- public:
-  host_view(py::handle object, bool writable)
-  {
-    int const flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(object.ptr(), &view_, flags) != 0) { throw py::error_already_set(); }
-  }
-  ~host_view() { PyBuffer_Release(&view_); }
-  host_view(host_view const&) = delete;
-  host_view& operator=(host_view const&) = delete;
-  host_view(host_view&&) = delete;
-  host_view& operator=(host_view&&) = delete;
-
-  [[nodiscard]] void* data() const noexcept { return view_.buf; }
-  [[nodiscard]] std::size_t size() const noexcept { return static_cast<std::size_t>(view_.len); }
-
- private:
-  Py_buffer view_{};
-};
+using access = host_buffer::access;
 
 /** @brief `bytes` from host `src` into device `dst` on `stream`; returns when `src` may be reused. GIL released by the caller. */
 void upload(void* dst, void const* src, std::size_t bytes, cuda_stream_view stream)
@@ -79,16 +72,17 @@ void download(void* dst, void const* src, std::size_t bytes, cuda_stream_view st
  * uninitialised, or a copy of the `size` bytes at device address `source` when it is not null.
  */
 std::unique_ptr<py_device_buffer> make_buffer(py::handle current_resource_getter, std::size_t size,
-                                              cuda_stream_view stream, py::object mr, void const* source = nullptr)
+                                              held_stream const& stream, py::object mr, void const* source = nullptr)
 {
   if (mr.is_none()) { mr = current_resource_getter(); }
-  auto* const resource = mr.cast<mr::device_memory_resource*>();
+  auto* const resource = convert_argument<mr::device_memory_resource*>(mr, "mr");
   auto result = std::make_unique<py_device_buffer>();
   result->resource = std::move(mr);
+  result->set_stream(stream);
   {
     py::gil_scoped_release const release;
-    result->buffer = source == nullptr ? device_buffer(size, stream, resource)
-                                       : device_buffer(source, size, stream, resource);
+    result->buffer = source == nullptr ? device_buffer(size, stream.view, resource)
+                                       : device_buffer(source, size, stream.view, resource);
   }
   return result;
 }
@@ -118,32 +112,33 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
     "returned to its resource (kept alive by the buffer) when the buffer is collected. Exports "
     "__cuda_array_interface__ (v3) and DLPack; on the host backend the memory is host memory and "
     "__dlpack_device__ reports the CPU, so numpy.from_dlpack accepts it.");
-  cls.def(py::init([current_resource](std::size_t size, py::handle stream, py::object mr, py::handle ptr) {
-            cuda_stream_view const s = to_stream(stream);
-            void const* const source = ptr.is_none() || size == 0 ? nullptr : to_pointer(ptr);
-            auto result = make_buffer(current_resource, size, s, std::move(mr), source);
-            return result;
+  cls.def(py::init([current_resource](checked<std::size_t, "size"> size, py::handle stream, py::object mr, py::handle ptr) {
+            held_stream const s = hold_stream(stream);
+            void const* const source = ptr.is_none() || size.value == 0 ? nullptr : to_pointer(ptr);
+            return make_buffer(current_resource, size.value, s, std::move(mr), source);
           }),
           py::arg("size") = 0, py::arg("stream") = py::none(), py::arg("mr") = py::none(), py::kw_only(),
           py::arg("ptr") = py::none(),
           "Allocates `size` bytes (uninitialised) from `mr` (None: the current device resource) on `stream` "
-          "(None: the default stream). With ptr=<device address>, copies `size` bytes from there on `stream` "
-          "(not waited for). Raises OutOfMemoryError when the memory is not there.");
+          "(None: the default stream; a stream object is kept alive until the memory is freed on it). With "
+          "ptr=<device address>, copies `size` bytes from there on `stream` (not waited for). Raises "
+          "OutOfMemoryError when the memory is not there, ValueError for a negative size.");
   cls.def_static(
     "to_device",
     [current_resource](py::handle data, py::handle stream, py::object mr) {
-      cuda_stream_view const s = to_stream(stream);
-      host_view const view{data, false};
+      held_stream const s = hold_stream(stream);
+      host_buffer const view{data, access::read, 'C', "DeviceBuffer.to_device: data"};
       auto result = make_buffer(current_resource, view.size(), s, std::move(mr));
       {
         py::gil_scoped_release const release;
-        upload(result->buffer.data(), view.data(), view.size(), s);
+        upload(result->buffer.data(), view.data(), view.size(), s.view);
       }
       return result;
     },
     py::arg("data"), py::arg("stream") = py::none(), py::arg("mr") = py::none(),
     "A new DeviceBuffer holding a copy of `data`, any C-contiguous buffer-protocol object (bytes, bytearray, "
-    "memoryview, a NumPy array: its bytes). Returns once the copy is complete.");
+    "memoryview, a NumPy array: its bytes; not one holding Python objects: TypeError). Returns once the copy "
+    "is complete.");
   cls.def_property_readonly(
     "size", [](py_device_buffer const& self) { return self.buffer.size(); }, "The size in bytes.");
   cls.def_property_readonly(
@@ -186,7 +181,7 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
       cuda_stream_view const s = to_stream(stream);
       std::size_t const size = self.buffer.size();
       if (out.is_none()) { out = py::module_::import("numpy").attr("empty")(size, "uint8"); }
-      host_view const view{out, true};
+      host_buffer const view{out, access::write, 'C', "DeviceBuffer.copy_to_host: out"};
       if (view.size() < size) {
         throw py::value_error("DeviceBuffer.copy_to_host: `out` has " + std::to_string(view.size()) +
                               " bytes, too small for the buffer's " + std::to_string(size));
@@ -199,13 +194,13 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
     },
     py::arg("out") = py::none(), py::arg("stream") = py::none(),
     "Copies the contents to the host and returns once they are there: into `out` (a writable C-contiguous "
-    "buffer of at least size bytes; its first size bytes are written; ValueError if it is smaller) and "
-    "returns `out`, or into a new numpy.uint8 array when out is None.");
+    "buffer of at least size bytes, not one holding Python objects; its first size bytes are written; "
+    "ValueError if it is smaller) and returns `out`, or into a new numpy.uint8 array when out is None.");
   cls.def(
     "copy_from_host",
     [](py_device_buffer& self, py::handle data, py::handle stream) {
       cuda_stream_view const s = to_stream(stream);
-      host_view const view{data, false};
+      host_buffer const view{data, access::read, 'C', "DeviceBuffer.copy_from_host: data"};
       if (view.size() > self.buffer.size()) {
         throw py::value_error("DeviceBuffer.copy_from_host: the data has " + std::to_string(view.size()) +
                               " bytes, more than the buffer's " + std::to_string(self.buffer.size()));
@@ -214,45 +209,56 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
       upload(self.buffer.data(), view.data(), view.size(), s);
     },
     py::arg("data"), py::arg("stream") = py::none(),
-    "Copies `data` (a C-contiguous buffer-protocol object of at most size bytes) to the start of the buffer; "
-    "returns once the copy is complete. ValueError if `data` is larger than the buffer.");
+    "Copies `data` (a C-contiguous buffer-protocol object of at most size bytes, not one holding Python "
+    "objects) to the start of the buffer; returns once the copy is complete. ValueError if `data` is larger "
+    "than the buffer.");
   cls.def(
     "copy",
     [](py_device_buffer const& self, py::handle stream) {
-      cuda_stream_view const s = to_stream(stream);
+      held_stream const s = hold_stream(stream);
       auto result = std::make_unique<py_device_buffer>();
       result->resource = self.resource;
+      result->set_stream(s);
       py::gil_scoped_release const release;
-      result->buffer = device_buffer(self.buffer, s, self.buffer.memory_resource());
+      result->buffer = device_buffer(self.buffer, s.view, self.buffer.memory_resource());
       return result;
     },
     py::arg("stream") = py::none(),
     "A deep copy (same resource), copied on `stream` (work writing this buffer must be ordered before it).");
   cls.def(
     "resize",
-    [](py_device_buffer& self, std::size_t new_size, py::handle stream) {
-      cuda_stream_view const s = to_stream(stream);
-      py::gil_scoped_release const release;
-      self.buffer.resize(new_size, s);
+    [](py_device_buffer& self, checked<std::size_t, "new_size"> new_size, py::handle stream) {
+      held_stream const s = hold_stream(stream);
+      {
+        py::gil_scoped_release const release;
+        self.buffer.resize(new_size.value, s.view);
+      }
+      self.set_stream(s);
     },
     py::arg("new_size"), py::arg("stream") = py::none(),
     "Sets the size, keeping the first min(size, new_size) bytes (new bytes are uninitialised); reallocates "
     "only when new_size exceeds the capacity. `stream` becomes the buffer's stream.");
   cls.def(
     "reserve",
-    [](py_device_buffer& self, std::size_t new_capacity, py::handle stream) {
-      cuda_stream_view const s = to_stream(stream);
-      py::gil_scoped_release const release;
-      self.buffer.reserve(new_capacity, s);
+    [](py_device_buffer& self, checked<std::size_t, "new_capacity"> new_capacity, py::handle stream) {
+      held_stream const s = hold_stream(stream);
+      {
+        py::gil_scoped_release const release;
+        self.buffer.reserve(new_capacity.value, s.view);
+      }
+      self.set_stream(s);
     },
     py::arg("new_capacity"), py::arg("stream") = py::none(),
     "Makes the capacity at least `new_capacity` bytes, keeping the contents and the size.");
   cls.def(
     "shrink_to_fit",
     [](py_device_buffer& self, py::handle stream) {
-      cuda_stream_view const s = to_stream(stream);
-      py::gil_scoped_release const release;
-      self.buffer.shrink_to_fit(s);
+      held_stream const s = hold_stream(stream);
+      {
+        py::gil_scoped_release const release;
+        self.buffer.shrink_to_fit(s.view);
+      }
+      self.set_stream(s);
     },
     py::arg("stream") = py::none(), "Reallocates so that capacity == size, keeping the contents.");
   cls.def_property_readonly(

@@ -9,12 +9,18 @@
 // - A resource built over an upstream keeps the upstream's Python object alive (py::keep_alive), so
 //   dropping the user's reference to the upstream cannot leave the C++ pointer dangling. The same holds
 //   for a bin resource given to BinningMemoryResource.add_bin.
-// - set_current_device_resource / set_per_device_resource keep the resource in a per-device table while it
-//   is set (C++ only stores a raw pointer). At interpreter exit the defaults are restored first (atexit).
+// - set_current_device_resource / set_per_device_resource hand C++ a shared_ptr that owns a reference to
+//   the resource's Python object (shared_from_python), so the resource lives while it is set and while
+//   memory the plain API (gpumem.alloc, the C API, the allocator plug-ins) allocated from it is live. A
+//   per-device table maps the set resource back to its Python object. At interpreter exit the defaults are
+//   restored first (atexit).
 // - FailureCallbackResourceAdaptor holds its Python callback; the callback runs with the GIL held, and the
 //   reference is dropped with the GIL held whichever thread destroys the adaptor.
 // The GIL is released around allocate and deallocate (a pool may grow, a free may wait for the device).
+// Arguments are checked<> (arguments.hpp): a wrong type or value is a TypeError or ValueError naming it.
+#include "arguments.hpp"
 #include "conversions.hpp"
+#include "interpreter.hpp"
 #include "registry.hpp"
 
 #include <gpumem/cuda_device_id.hpp>
@@ -85,10 +91,27 @@ py::object wrap(device_memory_resource* resource)
   return py::cast(resource, py::return_value_policy::reference);
 }
 
-/** @brief The resource a Python argument names (None -> null). */
-device_memory_resource* unwrap(py::handle resource)
+/** @brief The resource a Python argument `name` names (None -> null). @throws py::type_error for other objects. */
+device_memory_resource* unwrap(py::handle resource, char const* name)
 {
-  return resource.is_none() ? nullptr : resource.cast<device_memory_resource*>();
+  return resource.is_none() ? nullptr : convert_argument<device_memory_resource*>(resource, name);
+}
+
+/**
+ * @brief The C++ resource of `resource` (a DeviceMemoryResource) as a shared_ptr that holds a reference to
+ * the Python object, for C++ code that keeps the resource past the call (the per-device registry, the plain
+ * API's live pointers). The reference is dropped with the GIL, on whichever thread lets go last; it is
+ * leaked when that happens during interpreter finalisation.
+ */
+std::shared_ptr<device_memory_resource> shared_from_python(py::handle resource)
+{
+  auto* const cpp = convert_argument<device_memory_resource*>(resource, "mr");
+  PyObject* const held = resource.inc_ref().ptr();
+  return std::shared_ptr<device_memory_resource>{cpp, [held](device_memory_resource* /*resource*/) noexcept {
+                                                   if (!python_alive()) { return; }
+                                                   py::gil_scoped_acquire const gil;
+                                                   Py_DECREF(held);
+                                                 }};
 }
 
 /** @brief Adds upstream_mr / get_upstream() (RMM's names) to a class whose C++ type has upstream_resource(). */
@@ -145,10 +168,10 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
                                      "deallocate of 256-byte aligned device memory. Not constructible itself.")
     .def(
       "allocate",
-      [](device_memory_resource& self, std::size_t nbytes, py::handle stream) {
+      [](device_memory_resource& self, checked<std::size_t, "nbytes"> nbytes, py::handle stream) {
         cuda_stream_view const s = to_stream(stream);
         py::gil_scoped_release const release;
-        return to_int(self.allocate(nbytes, s));
+        return to_int(self.allocate(nbytes.value, s));
       },
       py::arg("nbytes"), py::arg("stream") = py::none(),
       "Allocates `nbytes` bytes (256-byte aligned), usable at once by work on `stream` (None: the default "
@@ -156,17 +179,20 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
       "the size) when the memory is not there.")
     .def(
       "deallocate",
-      [](device_memory_resource& self, py::handle ptr, std::size_t nbytes, py::handle stream) {
+      [](device_memory_resource& self, py::handle ptr, checked<std::size_t, "nbytes"> nbytes, py::handle stream) {
         void* const p = to_pointer(ptr);
         cuda_stream_view const s = to_stream(stream);
         py::gil_scoped_release const release;
-        self.deallocate(p, nbytes, s);
+        self.deallocate(p, nbytes.value, s);
       },
       py::arg("ptr"), py::arg("nbytes"), py::arg("stream") = py::none(),
       "Returns `ptr` (from allocate(nbytes) of this resource) so that work on `stream` may reuse it at once: "
       "all work using it must have been submitted to `stream` first. `nbytes` must be the allocated size.")
     .def(
-      "is_equal", [](device_memory_resource const& self, device_memory_resource const& other) { return self.is_equal(other); },
+      "is_equal",
+      [](device_memory_resource const& self, checked<device_memory_resource*, "other"> other) {
+        return self.is_equal(*other.value);
+      },
       py::arg("other"), "Whether memory from either resource may be deallocated by the other.");
 
   // ---- upstream resources -----------------------------------------------------------------------------
@@ -187,20 +213,28 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     sub, "CudaAsyncMemoryResource",
     "cudaMallocAsync from a memory pool this resource owns (the driver's stream-ordered sub-allocator; "
     "emulated on the host backend).")
-    .def(py::init([](std::optional<std::size_t> initial_pool_size, std::optional<std::size_t> release_threshold,
-                     bool enable_ipc, std::optional<std::size_t> maximum_pool_size) {
+    .def(py::init([](checked<std::optional<std::size_t>, "initial_pool_size"> initial_pool_size,
+                     checked<std::optional<std::size_t>, "release_threshold"> release_threshold,
+                     checked<bool, "enable_ipc"> enable_ipc,
+                     checked<std::optional<std::size_t>, "maximum_pool_size"> maximum_pool_size) {
            using handle = mr::cuda_async_memory_resource::allocation_handle_type;
-           std::optional<handle> const ipc = enable_ipc ? std::optional<handle>{handle::posix_file_descriptor} : std::nullopt;
-           return std::make_unique<mr::cuda_async_memory_resource>(initial_pool_size, release_threshold, ipc,
-                                                                   maximum_pool_size);
+           std::optional<handle> const ipc =
+             enable_ipc.value ? std::optional<handle>{handle::posix_file_descriptor} : std::nullopt;
+           return std::make_unique<mr::cuda_async_memory_resource>(initial_pool_size.value, release_threshold.value,
+                                                                   ipc, maximum_pool_size.value);
          }),
          py::arg("initial_pool_size") = py::none(), py::arg("release_threshold") = py::none(),
          py::arg("enable_ipc") = false, py::arg("maximum_pool_size") = py::none(),
          "A pool on the current device. initial_pool_size: bytes reserved at once; release_threshold: bytes kept "
          "cached at synchronisation points (default: all); enable_ipc: exportable as POSIX file descriptors; "
          "maximum_pool_size: a cap. Raises CUDARuntimeError where the device has no memory pools.")
-    .def("trim", &mr::cuda_async_memory_resource::trim, py::arg("keep_bytes") = 0,
-         py::call_guard<py::gil_scoped_release>(),
+    .def(
+      "trim",
+      [](mr::cuda_async_memory_resource& self, checked<std::size_t, "keep_bytes"> keep_bytes) {
+        py::gil_scoped_release const release;
+        self.trim(keep_bytes.value);
+      },
+      py::arg("keep_bytes") = 0,
          "Returns cached memory to the device until at most `keep_bytes` stay reserved.");
 
   // ---- sub-allocators ---------------------------------------------------------------------------------
@@ -208,11 +242,12 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     sub, "PoolMemoryResource",
     "A coalescing best-fit pool over an upstream resource: grows by doubling (up to maximum_pool_size), "
     "splits blocks on allocation and coalesces them on deallocation. Keeps `upstream` alive.");
-  pool.def(py::init([](device_memory_resource* upstream, std::optional<std::size_t> initial_pool_size,
-                       std::optional<std::size_t> maximum_pool_size) {
+  pool.def(py::init([](checked<device_memory_resource*, "upstream"> upstream,
+                       checked<std::optional<std::size_t>, "initial_pool_size"> initial_pool_size,
+                       checked<std::optional<std::size_t>, "maximum_pool_size"> maximum_pool_size) {
              py::gil_scoped_release const release;  // the initial pool is allocated from the upstream
-             return std::make_unique<mr::pool_memory_resource>(upstream, initial_pool_size.value_or(0),
-                                                               maximum_pool_size);
+             return std::make_unique<mr::pool_memory_resource>(upstream.value, initial_pool_size.value.value_or(0),
+                                                               maximum_pool_size.value);
            }),
            py::arg("upstream"), py::arg("initial_pool_size") = py::none(), py::arg("maximum_pool_size") = py::none(),
            py::keep_alive<1, 2>(),
@@ -230,19 +265,22 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     "A pool over one reserved range of virtual addresses, backed by physical memory in slabs (CUDA's virtual "
     "memory management; a memfd emulation on the host backend). Free ranges coalesce across growth, wholly "
     "free slabs are moved where the pool grows, and release_unused() gives them back to the device.");
-  vmm.def(py::init([](std::size_t slab_size, std::optional<std::size_t> reservation_size,
-                      std::optional<std::size_t> maximum_physical_size, std::vector<int> peer_devices,
-                      std::optional<std::size_t> release_threshold, std::optional<std::size_t> max_mapping_size,
-                      std::size_t mapping_divisor) {
+  vmm.def(py::init([](checked<std::size_t, "slab_size"> slab_size,
+                      checked<std::optional<std::size_t>, "reservation_size"> reservation_size,
+                      checked<std::optional<std::size_t>, "maximum_physical_size"> maximum_physical_size,
+                      checked<std::vector<int>, "peer_devices"> peer_devices,
+                      checked<std::optional<std::size_t>, "release_threshold"> release_threshold,
+                      checked<std::optional<std::size_t>, "max_mapping_size"> max_mapping_size,
+                      checked<std::size_t, "mapping_divisor"> mapping_divisor) {
             py::gil_scoped_release const release;
             mr::vmm_pool_options options;
-            options.slab_size = slab_size;
-            options.reservation_size = reservation_size;
-            options.maximum_physical_size = maximum_physical_size;
-            options.peer_devices = std::move(peer_devices);
-            options.release_threshold = release_threshold;
-            options.max_mapping_size = max_mapping_size;
-            options.mapping_divisor = mapping_divisor;
+            options.slab_size = slab_size.value;
+            options.reservation_size = reservation_size.value;
+            options.maximum_physical_size = maximum_physical_size.value;
+            options.peer_devices = std::move(peer_devices.value);
+            options.release_threshold = release_threshold.value;
+            options.max_mapping_size = max_mapping_size.value;
+            options.mapping_divisor = mapping_divisor.value;
             return std::make_unique<mr::vmm_pool_memory_resource>(options);
           }),
           py::arg("slab_size") = std::size_t{32} << 20, py::arg("reservation_size") = py::none(),
@@ -291,10 +329,12 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     sub, "ArenaMemoryResource",
     "A global arena taken from the upstream at construction, served through per-thread arenas of "
     "superblocks (low fragmentation under many threads). Keeps `upstream` alive.");
-  arena.def(py::init([](device_memory_resource* upstream, std::optional<std::size_t> arena_size,
-                        bool dump_log_on_failure) {
+  arena.def(py::init([](checked<device_memory_resource*, "upstream"> upstream,
+                        checked<std::optional<std::size_t>, "arena_size"> arena_size,
+                        checked<bool, "dump_log_on_failure"> dump_log_on_failure) {
               py::gil_scoped_release const release;
-              return std::make_unique<mr::arena_memory_resource>(upstream, arena_size, dump_log_on_failure);
+              return std::make_unique<mr::arena_memory_resource>(upstream.value, arena_size.value,
+                                                                 dump_log_on_failure.value);
             }),
             py::arg("upstream"), py::arg("arena_size") = py::none(), py::arg("dump_log_on_failure") = false,
             py::keep_alive<1, 2>(),
@@ -311,9 +351,11 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     sub, "FixedSizeMemoryResource",
     "Blocks of one size (requests up to block_size bytes), obtained from the upstream in batches. Keeps "
     "`upstream` alive.");
-  fixed.def(py::init([](device_memory_resource* upstream, std::size_t block_size, std::size_t blocks_to_preallocate) {
+  fixed.def(py::init([](checked<device_memory_resource*, "upstream"> upstream, checked<std::size_t, "block_size"> block_size,
+                        checked<std::size_t, "blocks_to_preallocate"> blocks_to_preallocate) {
               py::gil_scoped_release const release;
-              return std::make_unique<mr::fixed_size_memory_resource>(upstream, block_size, blocks_to_preallocate);
+              return std::make_unique<mr::fixed_size_memory_resource>(upstream.value, block_size.value,
+                                                                      blocks_to_preallocate.value);
             }),
             py::arg("upstream"), py::arg("block_size") = mr::fixed_size_memory_resource::default_block_size,
             py::arg("blocks_to_preallocate") = mr::fixed_size_memory_resource::default_blocks_per_batch,
@@ -329,15 +371,16 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     sub, "BinningMemoryResource",
     "Sends each request to the smallest bin that fits it, or to the upstream when none does. Keeps "
     "`upstream` and every bin resource alive.");
-  binning.def(py::init([](device_memory_resource* upstream, std::optional<int> min_size_exponent,
-                          std::optional<int> max_size_exponent) {
-                if (min_size_exponent.has_value() != max_size_exponent.has_value()) {
+  binning.def(py::init([](checked<device_memory_resource*, "upstream"> upstream,
+                          checked<std::optional<int>, "min_size_exponent"> min_size_exponent,
+                          checked<std::optional<int>, "max_size_exponent"> max_size_exponent) {
+                auto const& min = min_size_exponent.value;
+                auto const& max = max_size_exponent.value;
+                if (min.has_value() != max.has_value()) {
                   throw py::value_error("BinningMemoryResource: give both min_size_exponent and max_size_exponent, or neither");
                 }
-                if (min_size_exponent) {
-                  return std::make_unique<mr::binning_memory_resource>(upstream, *min_size_exponent, *max_size_exponent);
-                }
-                return std::make_unique<mr::binning_memory_resource>(upstream);
+                if (min) { return std::make_unique<mr::binning_memory_resource>(upstream.value, *min, *max); }
+                return std::make_unique<mr::binning_memory_resource>(upstream.value);
               }),
               py::arg("upstream"), py::arg("min_size_exponent") = py::none(), py::arg("max_size_exponent") = py::none(),
               py::keep_alive<1, 2>(),
@@ -345,8 +388,9 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
               "`upstream`) when both are given; otherwise no bins until add_bin().");
   binning.def(
     "add_bin",
-    [](mr::binning_memory_resource& self, std::size_t allocation_size, py::handle bin_resource) {
-      self.add_bin(allocation_size, unwrap(bin_resource));
+    [](mr::binning_memory_resource& self, checked<std::size_t, "allocation_size"> allocation_size,
+       py::handle bin_resource) {
+      self.add_bin(allocation_size.value, unwrap(bin_resource, "bin_resource"));
     },
     py::arg("allocation_size"), py::arg("bin_resource") = py::none(), py::keep_alive<1, 3>(),
     "Adds a bin for requests up to `allocation_size` bytes, served by `bin_resource` (kept alive), or by a "
@@ -359,7 +403,10 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     sub, "LoggingResourceAdaptor",
     "Forwards to `upstream` and writes every allocate and free as a CSV row "
     "(Thread,Time,Action,Pointer,Size,Stream) to a file. Keeps `upstream` alive.");
-  logging.def(py::init([](device_memory_resource* upstream, std::optional<std::string> log_file_name, bool auto_flush) {
+  logging.def(py::init([](checked<device_memory_resource*, "upstream"> upstream,
+                          checked<std::optional<std::string>, "log_file_name"> log_file_name_argument,
+                          checked<bool, "auto_flush"> auto_flush) {
+                std::optional<std::string> log_file_name = std::move(log_file_name_argument.value);
                 if (!log_file_name) {
                   char const* const from_environment = std::getenv(mr::logging_resource_adaptor::log_file_environment_variable);
                   if (from_environment == nullptr || *from_environment == '\0') {
@@ -367,7 +414,7 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
                   }
                   log_file_name = from_environment;
                 }
-                return std::make_unique<named_logging_adaptor>(upstream, *log_file_name, auto_flush);
+                return std::make_unique<named_logging_adaptor>(upstream.value, *log_file_name, auto_flush.value);
               }),
               py::arg("upstream"), py::arg("log_file_name") = py::none(), py::arg("auto_flush") = false,
               py::keep_alive<1, 2>(),
@@ -399,7 +446,10 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     sub, "StatisticsResourceAdaptor",
     "Forwards to `upstream` and counts bytes and allocations (current, peak, total), in nested scopes "
     "(push_counters / pop_counters). Keeps `upstream` alive.");
-  stats.def(py::init<device_memory_resource*>(), py::arg("upstream"), py::keep_alive<1, 2>(),
+  stats.def(py::init([](checked<device_memory_resource*, "upstream"> upstream) {
+              return std::make_unique<mr::statistics_resource_adaptor>(upstream.value);
+            }),
+            py::arg("upstream"), py::keep_alive<1, 2>(),
             "Counts what goes through this adaptor to `upstream`.");
   stats.def_property_readonly(
     "allocation_counts",
@@ -421,7 +471,11 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     sub, "TrackingResourceAdaptor",
     "Forwards to `upstream` and records every outstanding allocation (optionally with its call stack) to "
     "find leaks. Keeps `upstream` alive.");
-  tracking.def(py::init<device_memory_resource*, bool>(), py::arg("upstream"), py::arg("capture_stacks") = false,
+  tracking.def(py::init([](checked<device_memory_resource*, "upstream"> upstream,
+                           checked<bool, "capture_stacks"> capture_stacks) {
+                 return std::make_unique<mr::tracking_resource_adaptor>(upstream.value, capture_stacks.value);
+               }),
+               py::arg("upstream"), py::arg("capture_stacks") = false,
                py::keep_alive<1, 2>(),
                "Tracks what goes through this adaptor; capture_stacks records each allocation's call stack (slow).");
   tracking.def("get_allocated_bytes", &mr::tracking_resource_adaptor::allocated_bytes,
@@ -442,7 +496,11 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     sub, "LimitingResourceAdaptor",
     "Forwards to `upstream` while the bytes allocated through it stay within `allocation_limit`; a request "
     "past the limit raises OutOfMemoryError naming its size. Keeps `upstream` alive.");
-  limiting.def(py::init<device_memory_resource*, std::size_t>(), py::arg("upstream"), py::arg("allocation_limit"),
+  limiting.def(py::init([](checked<device_memory_resource*, "upstream"> upstream,
+                           checked<std::size_t, "allocation_limit"> allocation_limit) {
+                 return std::make_unique<mr::limiting_resource_adaptor>(upstream.value, allocation_limit.value);
+               }),
+               py::arg("upstream"), py::arg("allocation_limit"),
                py::keep_alive<1, 2>(),
                "Caps the bytes allocated through this adaptor (each request rounded up to 256) at `allocation_limit`.");
   limiting.def("get_allocated_bytes", &mr::limiting_resource_adaptor::get_allocated_bytes,
@@ -455,21 +513,27 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     "Forwards to `upstream`; when it runs out of memory, calls `callback(nbytes)` and retries the request "
     "while the callback returns True (free memory in the callback, and return False to give up). Keeps "
     "`upstream` and `callback` alive.");
-  failure.def(py::init([](device_memory_resource* upstream, py::function callback) {
+  failure.def(py::init([](checked<device_memory_resource*, "upstream"> upstream, py::object callback) {
+                if (PyCallable_Check(callback.ptr()) == 0) { throw_wrong_type("callback", "callable", callback); }
                 // The reference is dropped with the GIL held, on whichever thread frees the adaptor.
-                std::shared_ptr<py::function> const held{new py::function(std::move(callback)), [](py::function* f) {
-                                                           py::gil_scoped_acquire const acquire;
-                                                           delete f;  // NOLINT(cppcoreguidelines-owning-memory)
-                                                         }};
+                std::shared_ptr<py::object> const held{new py::object(std::move(callback)), [](py::object* f) {
+                                                         py::gil_scoped_acquire const acquire;
+                                                         delete f;  // NOLINT(cppcoreguidelines-owning-memory)
+                                                       }};
                 mr::failure_callback_t call = [held](std::size_t bytes, void* /*arg*/) {
                   py::gil_scoped_acquire const acquire;
-                  return (*held)(bytes).cast<bool>();
+                  py::object const retry = (*held)(bytes);
+                  if (!py::isinstance<py::bool_>(retry)) {
+                    throw py::type_error("FailureCallbackResourceAdaptor: the callback must return a bool (True: "
+                                         "retry the allocation, False: give up), not " + type_name(retry));
+                  }
+                  return retry.cast<bool>();
                 };
-                return std::make_unique<mr::failure_callback_resource_adaptor>(upstream, std::move(call), nullptr);
+                return std::make_unique<mr::failure_callback_resource_adaptor>(upstream.value, std::move(call), nullptr);
               }),
               py::arg("upstream"), py::arg("callback"), py::keep_alive<1, 2>(),
               "Retries failed requests while `callback(nbytes) -> bool` returns True. An exception raised by "
-              "the callback propagates out of the allocation.");
+              "the callback propagates out of the allocation; a result that is not a bool raises TypeError there.");
   add_upstream(failure);
 
   // ---- per-device current resource --------------------------------------------------------------------
@@ -480,6 +544,8 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
   sub.attr("_per_device_resources") = table;
 
   auto get_per_device = [table](int device) -> py::object {
+    // (A raw C++ pointer is compared with the one of the Python object in the table: the table entry is the
+    // resource set from Python; anything else was set from C++ and gets a non-owning wrapper.)
     device_memory_resource* const current = mr::get_per_device_resource(cuda_device_id{device});
     py::dict const held = py::reinterpret_borrow<py::dict>(table);
     py::int_ const key{device};
@@ -496,7 +562,11 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     py::object previous = held.contains(key) && held[key].cast<device_memory_resource*>() == previous_pointer
                             ? py::object{held[key]}
                             : wrap(previous_pointer);
-    (void)mr::set_per_device_resource(cuda_device_id{device}, unwrap(resource));
+    if (resource.is_none()) {
+      (void)mr::set_per_device_resource(cuda_device_id{device}, nullptr);
+    } else {
+      (void)mr::set_per_device_resource(cuda_device_id{device}, shared_from_python(resource));
+    }
     if (resource.is_none()) {
       if (held.contains(key)) { PyDict_DelItem(held.ptr(), key.ptr()); }
     } else {
@@ -504,12 +574,20 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     }
     return previous;
   };
-  sub.def("get_per_device_resource", get_per_device, py::arg("device"),
+  sub.def(
+    "get_per_device_resource", [get_per_device](checked<int, "device"> device) { return get_per_device(device.value); },
+    py::arg("device"),
           "The resource set for device `device` (its default CudaMemoryResource if none was set). Raises "
           "ValueError for an invalid device.");
-  sub.def("set_per_device_resource", set_per_device, py::arg("device"), py::arg("mr"),
-          "Makes `mr` the resource of device `device` (None restores the default) and keeps it alive while it "
-          "is set; returns the previous one. Raises ValueError for an invalid device.");
+  sub.def(
+    "set_per_device_resource",
+    [set_per_device](checked<int, "device"> device, py::object const& resource) {
+      return set_per_device(device.value, resource);
+    },
+    py::arg("device"), py::arg("mr"),
+    "Makes `mr` the resource of device `device` (None restores the default) and keeps it alive while it is "
+    "set, and while memory gpumem.alloc/zeros took from it is live; returns the previous one. Raises "
+    "ValueError for an invalid device, TypeError when `mr` is not a DeviceMemoryResource or None.");
   sub.def(
     "get_current_device_resource", [get_per_device] { return get_per_device(get_current_cuda_device().value()); },
     "The current device's resource (what gpumem.alloc and DeviceBuffer use by default).");
@@ -518,7 +596,9 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     [set_per_device](py::object const& resource) { return set_per_device(get_current_cuda_device().value(), resource); },
     py::arg("mr"),
     "Makes `mr` the current device's resource (None restores the default) and keeps it alive while it is "
-    "set; returns the previous one. Memory it allocated must be freed before it is replaced and dropped.");
+    "set, and while memory gpumem.alloc/zeros took from it is live; returns the previous one. Memory taken "
+    "with its allocate() must be returned before it is replaced and dropped. Raises TypeError when `mr` is "
+    "not a DeviceMemoryResource or None.");
   sub.def(
     "_reset_all_device_resources",
     [table] {

@@ -9,6 +9,7 @@
 // first try gpumem's non-blocking path with the GIL held (a pool's thread cache: no lock another thread
 // holds across a blocking call, so holding the GIL there cannot deadlock or stall), and release the GIL
 // only for the full path, which may block. Errors are the same as everywhere else (errors.hpp).
+#include "arguments.hpp"
 #include "conversions.hpp"
 #include "errors.hpp"
 #include "registry.hpp"
@@ -17,6 +18,9 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -76,27 +80,25 @@ bool parse_arguments(char const* function, std::array<char const*, N> const& nam
   return true;
 }
 
-/** @brief A size argument: an int (or anything with __index__) >= 0. @return false with a Python error set. */
-bool to_size(char const* function, PyObject* object, std::size_t& size)
+/**
+ * @brief A size argument: an int (or anything with __index__) in [0, SIZE_MAX]. @return false with a Python
+ * error set: TypeError for another object, ValueError naming `function`'s size out of range.
+ */
+bool to_size(char const* function, PyObject* object, std::size_t& size) noexcept
 {
-  PyObject* const index = PyNumber_Index(object);
-  if (index == nullptr) { return false; }
-  size = PyLong_AsSize_t(index);
-  if (size == static_cast<std::size_t>(-1) && PyErr_Occurred() != nullptr) {
-    // (Py_SIZE no longer carries an int's sign from Python 3.12 on: compare with 0.)
-    PyObject* const zero = PyLong_FromLong(0);
-    bool const negative = PyErr_ExceptionMatches(PyExc_OverflowError) != 0 && zero != nullptr &&
-                          PyObject_RichCompareBool(index, zero, Py_LT) == 1;
-    Py_XDECREF(zero);
-    if (negative) {
-      PyErr_Clear();
-      PyErr_Format(PyExc_ValueError, "%s: size must be >= 0, got %R", function, index);
-    }
-    Py_DECREF(index);
+  if (PyLong_CheckExact(object)) {  // the common case, without a Python call
+    size = PyLong_AsSize_t(object);
+    if (size != static_cast<std::size_t>(-1) || PyErr_Occurred() == nullptr) { return true; }
+    PyErr_Clear();
+  }
+  try {
+    std::string const name = std::string{function} + ": size";
+    size = unsigned_argument(py::handle{object}, name.c_str(), std::numeric_limits<std::size_t>::max());
+    return true;
+  } catch (...) {
+    set_python_error(std::current_exception());
     return false;
   }
-  Py_DECREF(index);
-  return true;
 }
 
 /** @brief The stream argument (absent or None: the default stream); pybind11's converter for the rest. */
@@ -149,9 +151,14 @@ PyObject* py_free(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs,
   if (!parse_arguments("free", names, 1, args, nargs, kwnames, values)) { return nullptr; }
   try {
     void* ptr = nullptr;
-    if (PyLong_CheckExact(values[0])) {
-      ptr = PyLong_AsVoidPtr(values[0]);
-      if (ptr == nullptr && PyErr_Occurred() != nullptr) { return nullptr; }
+    if (PyLong_CheckExact(values[0])) {  // the common case, without a Python call
+      unsigned long long const address = PyLong_AsUnsignedLongLong(values[0]);
+      if (address == static_cast<unsigned long long>(-1) && PyErr_Occurred() != nullptr) {
+        PyErr_Clear();
+        ptr = to_pointer(py::handle{values[0]});  // negative or too large: raises the error naming it
+      } else {
+        ptr = reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));  // NOLINT(performance-no-int-to-ptr)
+      }
     } else {
       ptr = to_pointer(py::handle{values[0]});
     }
@@ -175,7 +182,7 @@ PyMethodDef plain_methods[] = {
    "Allocates `size` bytes (256-byte aligned) of device memory from the current device's current resource, "
    "ordered on `stream` (None: the default stream; an int cudaStream_t, or an object with .ptr or .cuda_stream); "
    "returns the address as an int (0 for size 0). Raises OutOfMemoryError (a MemoryError naming the size, the "
-   "device, free and total memory), ValueError for a negative size."},
+   "device, free and total memory), ValueError for a negative size or one past SIZE_MAX."},
   {"zeros", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&py_zeros)), METH_FASTCALL | METH_KEYWORDS,
    "zeros(size: int, stream: object = None) -> int\n\n"
    "As alloc(), then sets every byte to zero on `stream` (synchronise the stream before reading on the host)."},

@@ -4,8 +4,14 @@
 // device_for(stream)) a view of the current device copy with __cuda_array_interface__ and DLPack, `.state`
 // a BufferState with the published names. Arrays, views and capsules keep the buffer alive, and are counted
 // (py_unified_buffer::exports) so that a pool never takes back memory still in use.
+//
+// Streams: the buffer keeps the Python object of its stream (the one of its latest device access), and a
+// device view the one it was made for, since copies back, spills and the free of the device copy run on it
+// after the call. Dtypes that hold Python objects are refused: the buffer's bytes are not references.
+#include "arguments.hpp"
 #include "conversions.hpp"
 #include "dlpack_export.hpp"
+#include "host_buffer.hpp"
 #include "registry.hpp"
 #include "unified_object.hpp"
 
@@ -28,13 +34,35 @@ namespace gpumem::python {
 
 std::vector<py::ssize_t> to_shape(py::handle shape)
 {
+  if (PyIndex_Check(shape.ptr()) != 0) { return {convert_argument<py::ssize_t>(shape, "shape")}; }
+  if (!py::isinstance<py::sequence>(shape) || py::isinstance<py::str>(shape) || py::isinstance<py::bytes>(shape)) {
+    throw_wrong_type("shape", "an int or a sequence of ints", shape);
+  }
   std::vector<py::ssize_t> dims;
-  if (py::isinstance<py::int_>(shape)) {
-    dims.push_back(shape.cast<py::ssize_t>());
-  } else {
-    dims = shape.cast<std::vector<py::ssize_t>>();
+  for (py::handle const extent : py::reinterpret_borrow<py::sequence>(shape)) {
+    dims.push_back(convert_argument<py::ssize_t>(extent, "each extent of shape"));
   }
   return dims;
+}
+
+py::dtype element_dtype(py::handle dtype, char const* what)
+{
+  py::dtype type;
+  try {
+    type = py::dtype::from_args(py::reinterpret_borrow<py::object>(dtype));
+  } catch (py::error_already_set const& e) {
+    throw py::type_error(std::string{what} + ": dtype " + std::string{py::repr(dtype)} + " is not a NumPy dtype (" +
+                         e.what() + ")");
+  }
+  refuse_object_dtype(type, what);
+  return type;
+}
+
+spill_manager* spill_of(py::handle spill)
+{
+  if (spill.is_none()) { return nullptr; }
+  if (!py::isinstance<py_spill_manager>(spill)) { throw_wrong_type("spill", "a SpillManager or None", spill); }
+  return spill.cast<py_spill_manager&>().manager.get();
 }
 
 std::size_t shape_bytes(std::vector<py::ssize_t> const& shape, py::dtype const& dtype)
@@ -67,11 +95,12 @@ class export_token {
   py::object owner_;
 };
 
-/** @brief What `.device` returns: the device copy, current for work on `stream`. */
+/** @brief What `.device` returns: the device copy, current for work on `stream` (whose object it holds). */
 struct device_view {
   std::shared_ptr<export_token> token;
   void* data{};
   cuda_stream_view stream;
+  py::object stream_owner;
 
   [[nodiscard]] py_unified_buffer& buffer() const { return token->owner().cast<py_unified_buffer&>(); }
 };
@@ -97,18 +126,30 @@ py::array host_array(py::object const& self, bool writable)
   return array;
 }
 
+/**
+ * @brief Runs body(buffer, stream) with the GIL released, then records the stream the buffer is on (also
+ * when the body throws: it may have moved the buffer before failing).
+ */
+template <class Body>
+decltype(auto) on_stream(py_unified_buffer& b, held_stream const& stream, Body&& body)
+{
+  bytes_buffer& buffer = b.get();
+  struct tracker {
+    py_unified_buffer& b;
+    held_stream const& stream;
+    ~tracker() { b.track_stream(stream); }  // with the GIL: the release below has ended
+  } const track{b, stream};
+  py::gil_scoped_release const release;
+  return std::forward<Body>(body)(buffer, stream.view);
+}
+
 /// The device copy, current for work on `stream` (copies host -> device when needed).
 device_view device_of(py::object const& self, py::handle stream)
 {
   auto& b = self.cast<py_unified_buffer&>();
-  bytes_buffer& buffer = b.get();
-  cuda_stream_view const s = to_stream(stream);
-  void* data = nullptr;
-  {
-    py::gil_scoped_release const release;
-    data = buffer.device(s);
-  }
-  return device_view{std::make_shared<export_token>(self), data, s};
+  held_stream const s = hold_stream(stream);
+  void* const data = on_stream(b, s, [](bytes_buffer& buffer, cuda_stream_view on) { return buffer.device(on); });
+  return device_view{std::make_shared<export_token>(self), data, s.view, s.owner};
 }
 
 py::dict cuda_array_interface(device_view const& view)
@@ -195,18 +236,19 @@ SpillManager whose budget the device copy counts against, and which may give it 
              after a kernel wrote it, call mark_device_dirty()
 .state       a BufferState
 )doc")
-    .def(py::init([](py::object const& shape, py::object const& dtype, bool pinned, py::object const& spill) {
+    .def(py::init([](py::object const& shape, py::object const& dtype, checked<bool, "pinned"> pinned,
+                     py::object const& spill) {
            auto dims = to_shape(shape);
-           auto type = py::dtype::from_args(dtype);
+           auto type = element_dtype(dtype, "UnifiedBuffer");
            std::size_t const bytes = shape_bytes(dims, type);
-           unified_options const options = make_options(pinned, spill);
+           unified_options const options = make_options(pinned.value, spill);
            auto buffer = std::make_unique<bytes_buffer>(bytes, options);
-           return py_unified_buffer{spill, std::move(dims), std::move(type), std::move(buffer), 0};
+           return py_unified_buffer{spill, py::object{}, std::move(dims), std::move(type), std::move(buffer), 0};
          }),
          py::arg("shape"), py::arg("dtype") = py::str("float32"), py::arg("pinned") = false,
          py::arg("spill") = py::none(),
          "Makes an UNINITIALIZED buffer of `shape` (an int or a tuple) and `dtype`. Raises ValueError for a "
-         "negative extent.")
+         "negative extent, TypeError for a dtype that holds Python objects.")
     .def_property_readonly("shape", [](py_unified_buffer const& b) { return py::tuple(py::cast(b.shape)); },
                            "The shape (a tuple).")
     .def_property_readonly("dtype", [](py_unified_buffer const& b) { return b.dtype; }, "The NumPy dtype.")
@@ -234,19 +276,13 @@ SpillManager whose budget the device copy counts against, and which may give it 
     .def(
       "sync_to_device",
       [](py_unified_buffer& b, py::handle stream) {
-        bytes_buffer& buffer = b.get();
-        cuda_stream_view const s = to_stream(stream);
-        py::gil_scoped_release const release;
-        buffer.sync_to_device(s);
+        on_stream(b, hold_stream(stream), [](bytes_buffer& buffer, cuda_stream_view s) { buffer.sync_to_device(s); });
       },
       py::arg("stream") = py::none(), "Makes the device copy current (copies host -> device if it is older).")
     .def(
       "sync_to_host",
       [](py_unified_buffer& b, py::handle stream) {
-        bytes_buffer& buffer = b.get();
-        cuda_stream_view const s = to_stream(stream);
-        py::gil_scoped_release const release;
-        buffer.sync_to_host(s);
+        on_stream(b, hold_stream(stream), [](bytes_buffer& buffer, cuda_stream_view s) { buffer.sync_to_host(s); });
       },
       py::arg("stream") = py::none(), "Makes the host copy current (copies device -> host if it is older).")
     .def(
@@ -260,28 +296,28 @@ SpillManager whose budget the device copy counts against, and which may give it 
     .def(
       "copy_from",
       [](py_unified_buffer& b, py::object const& source, py::handle stream) {
-        bytes_buffer& buffer = b.get();
+        std::size_t const size = b.get().size_bytes();
         py::array const array = py::array::ensure(source, py::array::c_style);
-        if (!array) { throw py::type_error("UnifiedBuffer.copy_from: the source must be array-like"); }
-        auto const bytes = static_cast<std::size_t>(array.nbytes());
-        if (bytes != buffer.size_bytes()) {
-          throw py::value_error("UnifiedBuffer.copy_from: the source has " + std::to_string(bytes) +
-                                " bytes, the buffer " + std::to_string(buffer.size_bytes()));
+        if (!array) {
+          PyErr_Clear();
+          throw_wrong_type("source", "array-like (a NumPy array or what numpy.asarray takes)", source);
         }
-        cuda_stream_view const s = to_stream(stream);
+        refuse_object_dtype(array.dtype(), "UnifiedBuffer.copy_from: source");
+        auto const bytes = static_cast<std::size_t>(array.nbytes());
+        if (bytes != size) {
+          throw py::value_error("UnifiedBuffer.copy_from: the source has " + std::to_string(bytes) +
+                                " bytes, the buffer " + std::to_string(size));
+        }
         std::span<std::byte const> const span{static_cast<std::byte const*>(array.data()), bytes};
-        py::gil_scoped_release const release;
-        buffer.copy_from(span, s);
+        on_stream(b, hold_stream(stream), [span](bytes_buffer& buffer, cuda_stream_view s) { buffer.copy_from(span, s); });
       },
       py::arg("source"), py::arg("stream") = py::none(),
-      "Copies a host array (C-contiguous, same number of bytes) into the device copy: DEVICE_ONLY or DEVICE_DIRTY.")
+      "Copies a host array (same number of bytes; not one holding Python objects) into the device copy: "
+      "DEVICE_ONLY or DEVICE_DIRTY.")
     .def(
       "zeros",
       [](py_unified_buffer& b, py::handle stream) {
-        bytes_buffer& buffer = b.get();
-        cuda_stream_view const s = to_stream(stream);
-        py::gil_scoped_release const release;
-        buffer.zeros(s);
+        on_stream(b, hold_stream(stream), [](bytes_buffer& buffer, cuda_stream_view s) { buffer.zeros(s); });
       },
       py::arg("stream") = py::none(), "Sets every byte of the device copy to zero.")
     .def(

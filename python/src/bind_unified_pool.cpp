@@ -1,6 +1,12 @@
 // gpumem.SpillManager (a device budget for unified buffers, spill_manager.hpp) and gpumem.UnifiedBufferPool
 // (reuse of unified buffers, unified_buffer_pool.hpp). The package's get_memory_pool() returns a default
 // UnifiedBufferPool (python/gpumem/unified.py).
+//
+// Streams: a cached buffer still frees its device copy, and an acquire on another stream still orders
+// itself after the buffer's work, on the buffer's stream. So the pool holds the Python objects of the
+// streams of the buffers released to it, by handle, and hands the right one to a buffer it gives out again;
+// it lets them all go once its cache is empty (clear(), or every buffer given out again).
+#include "arguments.hpp"
 #include "conversions.hpp"
 #include "registry.hpp"
 #include "unified_object.hpp"
@@ -14,6 +20,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 namespace gpumem::python {
@@ -23,7 +30,14 @@ namespace {
 struct py_unified_pool {
   py::object spill;  // declared first: destroyed after the pool (whose cached buffers it may hold)
   bool pinned{};
+  std::unordered_map<cudaStream_t, py::object> streams;  // of the cached buffers (file comment); before `pool`
   std::unique_ptr<unified_buffer_pool<std::byte>> pool;
+
+  /** @brief Lets the streams go once no buffer is cached. @pre the GIL is held. */
+  void forget_streams_when_empty()
+  {
+    if (pool->statistics().cached_buffers == 0) { streams.clear(); }
+  }
 };
 
 py::dict spill_statistics_dict(spill_statistics const& s)
@@ -47,11 +61,11 @@ allocated from `upstream` (a gpumem.mr resource; None: the current device's reso
 copies the host already holds are dropped, newer device data are copied back to the host first. The next
 device access brings the data back. No data are ever lost; guarded or busy buffers are skipped. The manager
 must outlive its buffers: each buffer keeps it alive.)doc")
-    .def(py::init([current_resource](std::size_t budget_bytes, py::object upstream) {
-           if (budget_bytes == 0) { throw py::value_error("SpillManager: budget_bytes must be > 0"); }
+    .def(py::init([current_resource](checked<std::size_t, "budget_bytes"> budget_bytes, py::object upstream) {
+           if (budget_bytes.value == 0) { throw py::value_error("SpillManager: budget_bytes must be > 0"); }
            if (upstream.is_none()) { upstream = current_resource(); }
-           auto* const resource = upstream.cast<mr::device_memory_resource*>();
-           auto manager = std::make_unique<spill_manager>(resource, budget_bytes);
+           auto* const resource = convert_argument<mr::device_memory_resource*>(upstream, "upstream");
+           auto manager = std::make_unique<spill_manager>(resource, budget_bytes.value);
            return py_spill_manager{std::move(upstream), std::move(manager)};
          }),
          py::arg("budget_bytes"), py::arg("upstream") = py::none(),
@@ -70,9 +84,9 @@ must outlive its buffers: each buffer keeps it alive.)doc")
       "failed even after spilling everything spillable).")
     .def(
       "spill",
-      [](py_spill_manager& s, std::size_t bytes) {
+      [](py_spill_manager& s, checked<std::size_t, "bytes"> bytes) {
         py::gil_scoped_release const release;
-        return s.manager->spill(bytes);
+        return s.manager->spill(bytes.value);
       },
       py::arg("bytes"),
       "Spills least recently used device copies until at least `bytes` were freed or nothing spillable is "
@@ -88,12 +102,12 @@ UnifiedBufferPool(pinned=False, spill=None, max_cached_bytes=0): acquire(shape, 
 (UNINITIALIZED), reusing the memory of a released one of the same byte size, or of one up to twice as large;
 release(buf) takes a buffer back (it can no longer be used; its contents are dropped). max_cached_bytes: the
 most bytes kept for reuse (0: no limit); the oldest released buffers are freed first.)doc")
-    .def(py::init([](bool pinned, py::object spill, std::size_t max_cached_bytes) {
+    .def(py::init([](checked<bool, "pinned"> pinned, py::object spill, checked<std::size_t, "max_cached_bytes"> max_cached_bytes) {
            unified_options options;
-           options.pinned = pinned;
+           options.pinned = pinned.value;
            options.spill = spill_of(spill);
-           auto pool = std::make_unique<unified_buffer_pool<std::byte>>(options, max_cached_bytes);
-           return py_unified_pool{std::move(spill), pinned, std::move(pool)};
+           auto pool = std::make_unique<unified_buffer_pool<std::byte>>(options, max_cached_bytes.value);
+           return py_unified_pool{std::move(spill), pinned.value, {}, std::move(pool)};
          }),
          py::arg("pinned") = false, py::arg("spill") = py::none(), py::arg("max_cached_bytes") = 0,
          "A pool of buffers with pinned host copies or not, and within `spill`'s budget or not.")
@@ -101,20 +115,28 @@ most bytes kept for reuse (0: no limit); the oldest released buffers are freed f
       "acquire",
       [](py_unified_pool& p, py::object const& shape, py::object const& dtype) {
         auto dims = to_shape(shape);
-        auto type = py::dtype::from_args(dtype);
+        auto type = element_dtype(dtype, "UnifiedBufferPool.acquire");
         std::size_t const bytes = shape_bytes(dims, type);
         std::unique_ptr<bytes_buffer> buffer;
         {
           py::gil_scoped_release const release;
           buffer = p.pool->acquire(bytes);
         }
-        return py_unified_buffer{p.spill, std::move(dims), std::move(type), std::move(buffer), 0};
+        auto const found = p.streams.find(buffer->stream().value());
+        py::object stream = found == p.streams.end() ? py::object{} : found->second;
+        p.forget_streams_when_empty();
+        return py_unified_buffer{p.spill, std::move(stream), std::move(dims), std::move(type), std::move(buffer), 0};
       },
       py::arg("shape"), py::arg("dtype") = py::str("float32"),
-      "A buffer of `shape` and `dtype`, UNINITIALIZED, reusing released memory when some fits.")
+      "A buffer of `shape` and `dtype`, UNINITIALIZED, reusing released memory when some fits. Raises "
+      "TypeError for a dtype that holds Python objects.")
     .def(
       "release",
-      [](py_unified_pool& p, py_unified_buffer& b) {
+      [](py_unified_pool& p, py::handle buffer_object) {
+        if (!py::isinstance<py_unified_buffer>(buffer_object)) {
+          throw_wrong_type("buffer", "a UnifiedBuffer", buffer_object);
+        }
+        auto& b = buffer_object.cast<py_unified_buffer&>();
         bytes_buffer& buffer = b.get();
         if (b.exports != 0) {
           throw py::value_error("UnifiedBufferPool.release: " + std::to_string(b.exports) +
@@ -126,9 +148,14 @@ most bytes kept for reuse (0: no limit); the oldest released buffers are freed f
           throw py::value_error("UnifiedBufferPool.release: the buffer was made with other options (pinned, "
                                 "spill) than this pool's");
         }
+        if (b.stream) { p.streams[buffer.stream().value()] = b.stream; }
         std::unique_ptr<bytes_buffer> taken = std::move(b.buffer);
-        py::gil_scoped_release const release;
-        p.pool->release(std::move(taken));
+        b.stream = py::object{};
+        {
+          py::gil_scoped_release const release;
+          p.pool->release(std::move(taken));
+        }
+        p.forget_streams_when_empty();  // (a pool that caches nothing frees at once)
       },
       py::arg("buffer"),
       "Takes `buffer` back for reuse; it can no longer be used. Raises ValueError when arrays or views of it "
@@ -136,8 +163,11 @@ most bytes kept for reuse (0: no limit); the oldest released buffers are freed f
     .def(
       "clear",
       [](py_unified_pool& p) {
-        py::gil_scoped_release const release;
-        p.pool->clear();
+        {
+          py::gil_scoped_release const release;
+          p.pool->clear();
+        }
+        p.forget_streams_when_empty();
       },
       "Frees every cached buffer.")
     .def(

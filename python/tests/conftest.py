@@ -5,6 +5,7 @@ GPUMEM_PYTEST_REQUIRE_GPU=1 (ctest's gpu.pytest) the whole run is skipped, exit 
 is usable, and otherwise runs on the cuda backend.
 """
 
+import gc
 import os
 
 import pytest
@@ -37,3 +38,14 @@ def pytest_sessionfinish(session, exitstatus):
     if live != 0 and exitstatus == 0:
         session.exitstatus = 1
         print(f"\ngpumem: {live} allocation(s) from gpumem.alloc/zeros were never freed by the tests")
+
+
+@pytest.fixture
+def current_resource():
+    """Restores the current device's resource after the test, whatever the test set."""
+    from gpumem import mr
+
+    previous = mr.get_current_device_resource()
+    yield
+    gc.collect()
+    mr.set_current_device_resource(previous)

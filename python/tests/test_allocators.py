@@ -53,15 +53,6 @@ def on_cuda_backend():
     return gpumem.cuda.get_backend() == "cuda"
 
 
-@pytest.fixture
-def current_resource():
-    """Restores the current device's resource after the test, whatever the test set."""
-    previous = mr.get_current_device_resource()
-    yield
-    gc.collect()
-    mr.set_current_device_resource(previous)
-
-
 # ---- importing ------------------------------------------------------------------------------------------
 
 

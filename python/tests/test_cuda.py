@@ -204,6 +204,72 @@ def test_with_stream_nests_and_sets_the_current_stream():
     assert cuda.get_current_stream() == cuda.Stream.null
 
 
+def test_leaving_a_with_block_makes_the_enclosing_blocks_stream_current_again_as_cupy():
+    outer, used, inner = cuda.Stream(), cuda.Stream(), cuda.Stream()
+    with outer:
+        used.use()
+        assert cuda.get_current_stream() is used
+        with inner:
+            assert cuda.get_current_stream() is inner
+        assert cuda.get_current_stream() is outer, "the enclosing block's stream, not the one use() set"
+    assert cuda.get_current_stream() == cuda.Stream.null
+    used.use()
+    assert cuda.get_current_stream() is used
+    cuda.Stream.null.use()
+
+
+def test_get_current_stream_takes_a_device_id():
+    stream = cuda.Stream()
+    device = cuda.get_device_id()
+    with stream:
+        assert cuda.get_current_stream(device) is stream
+        assert cuda.get_current_stream(device_id=None) is stream
+    assert cuda.get_current_stream(device) == cuda.Stream.null
+    with pytest.raises(ValueError, match="does not exist"):
+        cuda.get_current_stream(cuda.get_device_count())
+    with pytest.raises(TypeError, match="device_id"):
+        cuda.get_current_stream("0")
+
+
+@pytest.mark.skipif(os.environ.get("GPUMEM_BACKEND") != "host", reason="emulates two devices on the host backend")
+def test_the_current_stream_is_per_device_and_thread_with_two_host_devices():
+    script = textwrap.dedent(
+        """
+        import gpumem.cuda as cuda
+        with cuda.Device(0):
+            s0 = cuda.Stream()
+        with s0, cuda.Device(1):
+            assert cuda.get_current_stream() == cuda.Stream.null, "device 1 has its own current stream"
+            assert cuda.get_current_stream(0) is s0
+            event = cuda.Event()
+            event.record()  # on device 1's current stream, as CuPy
+            event.synchronize()
+        with cuda.Device(1):
+            s1 = cuda.Stream()
+            with s1:
+                assert cuda.get_current_stream(1) is s1 and cuda.get_current_stream(0) == cuda.Stream.null
+                with cuda.Device(0):
+                    assert cuda.get_current_stream() == cuda.Stream.null
+                    try:
+                        with s1:
+                            raise AssertionError("entered a stream of another device")
+                    except ValueError as error:
+                        assert "device 1" in str(error) and "device 0" in str(error), error
+                    try:
+                        s1.use()
+                        raise AssertionError("used a stream of another device")
+                    except ValueError:
+                        pass
+                cuda.Event().record()
+            assert cuda.get_current_stream() == cuda.Stream.null
+        print("ok")
+        """
+    )
+    env = dict(os.environ, GPUMEM_BACKEND="host", GPUMEM_HOST_DEVICES="2")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 def test_with_stream_restores_after_an_exception():
     stream = cuda.Stream()
     with pytest.raises(RuntimeError):

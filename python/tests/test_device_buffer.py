@@ -49,9 +49,9 @@ def test_numpy_round_trip(dtype):
 def test_any_buffer_protocol_object_and_non_contiguous_is_refused():
     for data in (bytearray(b"abc"), memoryview(b"abcdef")[2:], np.arange(4, dtype=np.uint16)):
         assert DeviceBuffer.to_device(data).tobytes() == bytes(data)
-    with pytest.raises((BufferError, ValueError)):
+    with pytest.raises(ValueError, match="data must be C-contiguous"):
         DeviceBuffer.to_device(np.arange(10)[::2])
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="data must support the buffer protocol"):
         DeviceBuffer.to_device("text is not bytes")
 
 
@@ -83,7 +83,7 @@ def test_copy_to_host_out_of_the_wrong_size_or_read_only_raises():
         buffer.copy_to_host(bytearray(99))
     with pytest.raises(ValueError):
         buffer.copy_to_host(np.zeros(10, dtype=np.uint8))
-    with pytest.raises((BufferError, TypeError)):
+    with pytest.raises(ValueError, match="out must be a writable buffer"):
         buffer.copy_to_host(b"\0" * 100)  # read-only
 
 

@@ -74,12 +74,12 @@ def test_allocate_and_deallocate_take_a_stream():
         resource.allocate(16, stream="not a stream")
 
 
-def test_the_base_class_is_not_constructible_and_a_null_upstream_is_a_value_error():
+def test_the_base_class_is_not_constructible_and_a_null_upstream_is_a_type_error_naming_it():
     with pytest.raises(TypeError):
         mr.DeviceMemoryResource()
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="upstream must be a DeviceMemoryResource, not NoneType"):
         mr.PoolMemoryResource(None)
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="upstream must be a DeviceMemoryResource, not NoneType"):
         mr.StatisticsResourceAdaptor(None)
 
 

@@ -231,5 +231,5 @@ def test_get_accelerator_reports_the_devices_memory():
     assert total == gpumem.cuda.Device(acc.device_id).mem_info[1]
     assert acc.device_name() == f"cuda:{acc.device_id}"
     acc.synchronize()
-    with pytest.raises(ValueError, match="invalid device"):
+    with pytest.raises(ValueError, match="device_id 10000 is not a valid device"):
         gpumem.get_accelerator(10_000)

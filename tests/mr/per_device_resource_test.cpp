@@ -1,4 +1,5 @@
-// per_device_resource: the default resource, set/get/reset, invalid devices, and concurrent use.
+// per_device_resource: the default resource, set/get/reset, shared ownership and holds, invalid devices, and
+// concurrent use.
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_device_id.hpp>
 #include <gpumem/error.hpp>
@@ -9,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +56,59 @@ TEST_F(per_device_resource, set_returns_the_previous_resource_and_nullptr_restor
   EXPECT_EQ(mr::set_per_device_resource(device, nullptr), &second);
   EXPECT_EQ(mr::get_per_device_resource(device), original) << "nullptr must restore the same default";
   EXPECT_EQ(mr::set_current_device_resource(nullptr), original) << "the previous is never nullptr";
+}
+
+TEST_F(per_device_resource, a_shared_resource_is_held_while_set_and_by_holds)
+{
+  cuda_device_id const device{detail::get_backend().current_device()};
+  auto shared = std::make_shared<mr::simulated_memory_resource>();
+  std::weak_ptr<mr::simulated_memory_resource> const watch = shared;
+  mr::device_memory_resource* const original = mr::set_per_device_resource(device, shared);
+  shared.reset();
+  ASSERT_FALSE(watch.expired()) << "the registry holds it while it is set";
+  mr::resource_hold hold = mr::hold_per_device_resource(device);
+  EXPECT_EQ(hold.resource, watch.lock().get());
+  EXPECT_EQ(hold.owner.get(), hold.resource);
+  EXPECT_EQ(hold.raw_setting, 0U) << "a shared resource needs no setting check";
+  EXPECT_EQ(mr::set_per_device_resource(device, nullptr), hold.resource);
+  EXPECT_EQ(mr::get_per_device_resource(device), original);
+  EXPECT_FALSE(watch.expired()) << "the hold keeps it";
+  hold = {};
+  EXPECT_TRUE(watch.expired()) << "replaced and no longer held: destroyed";
+}
+
+TEST_F(per_device_resource, an_empty_shared_ptr_is_a_logic_error)
+{
+  cuda_device_id const device{detail::get_backend().current_device()};
+  mr::device_memory_resource* const original = mr::get_per_device_resource(device);
+  EXPECT_THROW((void)mr::set_per_device_resource(device, std::shared_ptr<mr::device_memory_resource>{}), logic_error);
+  EXPECT_THROW((void)mr::set_current_device_resource(std::shared_ptr<mr::device_memory_resource>{}), logic_error);
+  EXPECT_EQ(mr::get_per_device_resource(device), original);
+}
+
+TEST_F(per_device_resource, a_raw_setting_is_current_until_the_device_gets_another_resource)
+{
+  cuda_device_id const device{detail::get_backend().current_device()};
+  mr::simulated_memory_resource first;
+  mr::simulated_memory_resource second;
+  EXPECT_EQ(mr::hold_per_device_resource(device).raw_setting, 0U) << "the default is gpumem's own";
+  (void)mr::set_per_device_resource(device, &first);
+  mr::resource_hold const hold = mr::hold_per_device_resource(device);
+  EXPECT_EQ(hold.resource, &first);
+  EXPECT_EQ(hold.owner, nullptr);
+  ASSERT_NE(hold.raw_setting, 0U);
+  EXPECT_TRUE(mr::is_current_raw_setting(device, hold.raw_setting));
+  (void)mr::set_per_device_resource(device, &first);
+  EXPECT_TRUE(mr::is_current_raw_setting(device, hold.raw_setting)) << "the same pointer again changes nothing";
+  (void)mr::set_per_device_resource(device, &second);
+  EXPECT_FALSE(mr::is_current_raw_setting(device, hold.raw_setting));
+  (void)mr::set_per_device_resource(device, &first);
+  EXPECT_FALSE(mr::is_current_raw_setting(device, hold.raw_setting)) << "a new setting, though the same resource";
+  mr::resource_hold const again = mr::hold_per_device_resource(device);
+  mr::reset_all_device_resources();
+  EXPECT_FALSE(mr::is_current_raw_setting(device, again.raw_setting)) << "a reset replaces it too";
+  EXPECT_FALSE(mr::is_current_raw_setting(cuda_device_id{-1}, again.raw_setting));
+  EXPECT_FALSE(mr::is_current_raw_setting(device, 0));
 }
 
 TEST_F(per_device_resource, reset_all_restores_every_default)
@@ -106,29 +161,45 @@ TEST_F(per_device_resource, an_invalid_device_is_a_logic_error_naming_it_and_the
   EXPECT_NE(mr::get_current_device_resource(), &simulated) << "a failed set must change nothing";
 }
 
-TEST_F(per_device_resource, concurrent_set_and_get_always_see_a_whole_resource)
+TEST_F(per_device_resource, concurrent_set_get_and_hold_always_see_a_whole_resource)
 {
   cuda_device_id const device{detail::get_backend().current_device()};
   mr::device_memory_resource* const original = mr::get_per_device_resource(device);
   mr::simulated_memory_resource a;
   mr::simulated_memory_resource b;
+  auto const shared = std::make_shared<mr::simulated_memory_resource>();
+  auto known = [&](mr::device_memory_resource const* r) { return r == &a || r == &b || r == shared.get() || r == original; };
   std::atomic<int> unexpected{0};
+  std::atomic<int> holds_of_shared{0};
+  std::atomic<int> ready{0};
+  (void)mr::set_per_device_resource(device, shared);  // first and last: readers see it whatever the interleaving
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < 2000; ++i) {
+      ready.fetch_add(1);
+      while (ready.load() < 8) { std::this_thread::yield(); }  // all at once: setters race the readers
+      constexpr int rounds = 20000;
+      for (int i = 0; i < rounds; ++i) {
         if (t % 2 == 0) {
-          mr::device_memory_resource* const previous = mr::set_per_device_resource(device, (i % 2 == 0) ? &a : &b);
-          if (previous != &a && previous != &b && previous != original) { unexpected.fetch_add(1); }
-        } else {
-          mr::device_memory_resource* const seen = mr::get_per_device_resource(device);
-          if (seen != &a && seen != &b && seen != original) { unexpected.fetch_add(1); }
+          mr::device_memory_resource* const previous =
+            i % 3 == 2 || i == rounds - 1 ? mr::set_per_device_resource(device, shared)
+                                          : mr::set_per_device_resource(device, (i % 3 == 0) ? &a : &b);
+          if (!known(previous)) { unexpected.fetch_add(1); }
+          continue;
         }
+        if (!known(mr::get_per_device_resource(device))) { unexpected.fetch_add(1); }
+        mr::resource_hold const hold = mr::hold_per_device_resource(device);
+        bool const is_shared = hold.resource == shared.get();
+        if (is_shared) { holds_of_shared.fetch_add(1); }
+        bool const consistent = known(hold.resource) && (hold.owner == (is_shared ? shared : nullptr)) &&
+                                ((hold.raw_setting != 0) == (hold.resource == &a || hold.resource == &b));
+        if (!consistent) { unexpected.fetch_add(1); }
       }
     });
   }
   for (auto& thread : threads) { thread.join(); }
   EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_GT(holds_of_shared.load(), 0) << "no reader saw the shared resource: the test raced nothing";
 }
 
 }  // namespace

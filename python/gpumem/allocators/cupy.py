@@ -3,8 +3,9 @@
 CuPy then asks gpumem for every array's memory instead of using its own memory pool: each allocation is a
 ``gpumem.DeviceBuffer`` from the current gpumem resource of CuPy's current device, ordered on CuPy's
 current stream, and is freed on that same stream when CuPy drops the memory (as RMM's
-``rmm_cupy_allocator`` does). Work on other streams must be ordered after that stream by the program, as
-with CuPy's own stream-ordered allocator.
+``rmm_cupy_allocator`` does). The buffer holds the CuPy stream object until then, so dropping the stream
+first is safe. Work on other streams must be ordered after that stream by the program, as with CuPy's own
+stream-ordered allocator.
 
 CuPy is imported on the first call, not when gpumem is.
 """
@@ -32,6 +33,6 @@ def cupy_allocator(nbytes):
     device_id = cupy.cuda.runtime.getDevice()
     # CuPy and gpumem each link a CUDA runtime; make CuPy's device gpumem's current one for the call.
     with _gpumem_cuda.Device(device_id):
-        buffer = DeviceBuffer(nbytes, stream=stream.ptr)
+        buffer = DeviceBuffer(nbytes, stream=stream)  # the buffer holds the stream object until it frees
     memory = cupy.cuda.UnownedMemory(buffer.ptr, nbytes, buffer, device_id)
     return cupy.cuda.MemoryPointer(memory, 0)

@@ -6,7 +6,7 @@
 
     with cuda.Device(0):
         stream = cuda.Stream(non_blocking=True)
-        with stream:                       # the thread's current stream for the block
+        with stream:                       # device 0's current stream on this thread, for the block
             start = cuda.Event(); start.record()
             stream.add_callback(lambda s, status, arg: print(arg), "done")
             end = stream.record()

@@ -172,10 +172,11 @@ def _as_stream(stream):
         return _cuda.get_current_stream()
     if isinstance(stream, _cuda.Stream):
         return stream
-    if isinstance(stream, int):
-        return _cuda.ExternalStream(stream)
-    if hasattr(stream, "ptr"):
-        return _cuda.ExternalStream(stream.ptr)
+    handle = stream if isinstance(stream, int) else getattr(stream, "ptr", None)
+    if isinstance(handle, int):
+        if handle < 0:
+            raise ValueError(f"asnumpy: stream must be >= 0, got {handle}")
+        return _cuda.ExternalStream(handle)
     raise TypeError(f"asnumpy: stream must be None, a Stream, an int or an object with .ptr, not {type(stream).__name__}")
 
 
@@ -234,7 +235,7 @@ def asnumpy(a, stream=None, out=None, blocking=True):
     - `stream`: the stream the copy runs on (None: the current stream). When the interface names the stream
       that produced the data (v3), the copy stream first waits for it (an event, no host synchronisation).
     - `out`: a numpy.ndarray of the same shape and dtype to copy into (ValueError otherwise; TypeError if it
-      is not an ndarray). Returned.
+      is not an ndarray). Returned. An interface whose dtype holds Python objects is refused (TypeError).
     - `blocking`: with False, and `out` in pinned memory (e.g. numpy.frombuffer over alloc_pinned_memory),
       the call returns once the copy is enqueued: synchronise the stream before reading `out`. Otherwise the
       data are in the result when the call returns.
@@ -256,6 +257,9 @@ def asnumpy(a, stream=None, out=None, blocking=True):
 
     shape = tuple(interface["shape"])
     dtype = _dtype(numpy, interface)
+    if dtype.hasobject:
+        raise TypeError(f"asnumpy: the __cuda_array_interface__ dtype {dtype} holds Python objects, which device "
+                        "memory cannot hold; their bytes cannot be copied as data")
     if out is not None:
         _check_out(numpy, out, shape, dtype)
     count = 1
