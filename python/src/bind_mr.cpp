@@ -183,11 +183,13 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
         void* const p = to_pointer(ptr);
         cuda_stream_view const s = to_stream(stream);
         py::gil_scoped_release const release;
-        self.deallocate(p, nbytes.value, s);
+        self.checked_deallocate(p, nbytes.value, s);
       },
       py::arg("ptr"), py::arg("nbytes"), py::arg("stream") = py::none(),
       "Returns `ptr` (from allocate(nbytes) of this resource) so that work on `stream` may reuse it at once: "
-      "all work using it must have been submitted to `stream` first. `nbytes` must be the allocated size.")
+      "all work using it must have been submitted to `stream` first. `nbytes` must be the allocated size. "
+      "Raises ValueError, changing nothing, for a misuse the resource detects: a double free, a pointer it "
+      "never handed out (each resource's C++ header says which it detects).")
     .def(
       "is_equal",
       [](device_memory_resource const& self, checked<device_memory_resource*, "other"> other) {

@@ -6,19 +6,14 @@ argument in turn by wrong types ("abc", 1.5, object(), a list, bytes, None) and 
 never pybind11's "incompatible function arguments" or "Unable to cast", and a TypeError for a wrong type, or
 a ValueError for a negative int, names the argument. A completeness test keeps CASES covering the package.
 
-Then: object dtypes at every buffer-protocol entry point, foreign, freed and doubly freed pointers, and the
-same objects used from several threads. Misuse that may still end the process (noexcept deallocations given
-bad pointers) runs in a subprocess, so that the suite reports it instead of dying.
+Object dtypes, foreign, freed and doubly freed pointers are in test_misuse_memory.py (the cases that would
+end the process if they failed run in a subprocess there); use from several threads in test_misuse_threads.py.
 """
 
 import gc
 import inspect
 import os
-import subprocess
-import sys
-import textwrap
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -567,14 +562,6 @@ def test_every_public_callable_has_a_misuse_case():
     assert not missing, f"add a misuse case (CASES) for: {missing}"
 
 
-# Values that end the process today, in resource code outside the Python layer: left out of the sweep and
-# tried in a subprocess by test_values_that_end_the_process_now (expected to fail until fixed there).
-KNOWN_CRASHES = {
-    ("gpumem.mr.VmmPoolMemoryResource", "slab_size", 2**64 - 1):
-        "the VMM pool rounds the slab size up to the device's granularity, which overflows to 0, then divides by it",
-}
-
-
 def check_error(error, label, argument, bad, extra_allowed, names):
     assert isinstance(error, ALLOWED + extra_allowed), f"{label}({argument}={bad!r}) raised {type(error).__name__}: {error}"
     text = str(error)
@@ -596,9 +583,6 @@ def test_bad_arguments_raise_clear_errors(label, tmp_path, monkeypatch):
     for argument in valid:
         values = WRONG_TYPES + [None] + (BAD_INTS if argument not in entry.raw else [-1, 2**64])
         for bad in values:
-            if any(tuple(known) == (label, argument) and type(value) is type(bad) and value == bad
-                   for *known, value in KNOWN_CRASHES):
-                continue
             function, arguments = entry.make()
             arguments[argument] = bad
             try:
@@ -626,26 +610,3 @@ def test_the_sweep_leaves_no_plain_allocation_behind():
         call_validly(entry, *entry.make())
     gc.collect()
     assert gpumem.live_allocation_count() == 0
-
-
-@pytest.mark.parametrize("label, argument, bad", sorted(KNOWN_CRASHES), ids=lambda value: str(value)[:40])
-def test_values_that_end_the_process_now(label, argument, bad):
-    code = textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
-        import test_misuse
-        function, arguments = test_misuse.CASES[{label!r}].make()
-        arguments[{argument!r}] = {bad!r}
-        try:
-            function(**arguments)
-            print("returned")
-        except (ValueError, TypeError, MemoryError) as error:
-            print("raised", type(error).__name__, error)
-    """)
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(Path(gpumem.__file__).resolve().parents[1])] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    result = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=120)
-    if result.returncode != 0:
-        pytest.xfail(f"{label}({argument}={bad!r}) ends the process (status {result.returncode}): "
-                     f"{KNOWN_CRASHES[(label, argument, bad)]}")
-    assert "raised" in result.stdout or "returned" in result.stdout, result.stdout + result.stderr

@@ -214,16 +214,12 @@ def test_zero_sizes_allocate_nothing():
 
 # ---- misuse that may end the process: run apart --------------------------------------------------------------
 
-PENDING = "pool double-free contract pending"
-
-
 def expect_clean_error(result):
     """The child must exit normally, having printed the Python error it caught (a crash fails)."""
     assert result.returncode == 0 and "raised" in result.stdout, (
         f"exit status {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr[-3000:]}")
 
 
-@pytest.mark.xfail(strict=False, reason=PENDING)
 def test_a_pool_deallocation_twice_is_reported_not_fatal():
     expect_clean_error(run_python("""
         from gpumem import mr
@@ -257,7 +253,6 @@ def test_deallocating_a_foreign_pointer_into_a_cuda_memory_resource_is_survived(
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-@pytest.mark.xfail(strict=False, reason=PENDING)
 def test_deallocating_a_foreign_pointer_into_a_pool_is_reported_not_fatal():
     expect_clean_error(deallocate_foreign("PoolMemoryResource(mr.CudaMemoryResource())"))
 

@@ -249,7 +249,8 @@ def test_tracking_reports_outstanding_allocations():
     assert hex(p)[2:] in tracking.get_outstanding_allocations_str().lower()
     tracking.deallocate(p, 1000)
     assert tracking.get_allocated_bytes() == 0 and tracking.outstanding_count == 0
-    tracking.deallocate(p, 1000)  # unknown now: counted, not forwarded, never raised
+    with pytest.raises(ValueError, match="invalid deallocation"):
+        tracking.deallocate(p, 1000)  # unknown now: counted, not forwarded, reported
     assert tracking.invalid_deallocations == 1
 
 

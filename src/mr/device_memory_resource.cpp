@@ -29,6 +29,8 @@ void report_deallocation_misuse(std::string const& message, bool log) noexcept
   }
 }
 
+bool deallocation_is_checked() noexcept { return tls_misuse != nullptr; }
+
 }  // namespace gpumem::detail
 
 namespace gpumem::mr {

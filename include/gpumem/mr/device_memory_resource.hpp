@@ -200,4 +200,10 @@ namespace gpumem::detail {
  */
 GPUMEM_EXPORT void report_deallocation_misuse(std::string const& message, bool log = true) noexcept;
 
+/**
+ * @return whether a checked_deallocate() is running on this thread: a resource's deallocate() may then also
+ * look for the misuses that are too costly to look for on every call (a pointer it never handed out).
+ */
+[[nodiscard]] GPUMEM_EXPORT bool deallocation_is_checked() noexcept;
+
 }  // namespace gpumem::detail

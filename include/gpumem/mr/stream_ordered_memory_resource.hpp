@@ -722,6 +722,14 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
                                  std::to_string(allocation_alignment) + "-byte aligned: it did not come from this resource");
       return;
     }
+    if (deallocation_is_checked()) {  // checked_deallocate: also look where the fast path does not
+      std::string const misuse = locked([&] { return misuse_of_locked(address, size); });
+      if (!misuse.empty()) {
+        report_deallocation_misuse(std::string{name_} + "::deallocate(" + format_pointer(ptr) + ", " +
+                                   std::to_string(bytes) + "): " + misuse);
+        return;
+      }
+    }
     try {
       if (size <= block_cache::largest_cached_block && cache_freed_block(stream, size, address)) { return; }
     } catch (logic_error const& e) {  // a double free of a block in this thread's cache (cache unchanged)
@@ -730,6 +738,26 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     }
     // Not cached: into the stream's shared list now, with the stream's event recorded during this call.
     spill(block_cache::spill_batch{cache_key(stream), size, std::span<std::uintptr_t const>{&address, 1}}, true);
+  }
+
+  /// Why a block of `size` bytes at `address` cannot be one this resource handed out (empty when it can
+  /// be): it does not lie inside a chunk, or it overlaps a free block of a shared list. O(log c) plus each
+  /// list's overlaps() (O(log n) for a pool, O(n) for a fixed-size list); for checked_deallocate only.
+  [[nodiscard]] std::string misuse_of_locked(std::uintptr_t address, std::size_t size) const
+  {
+    if (!inside_a_chunk_locked(address, size)) { return "the block does not lie inside memory of this resource"; }
+    for (auto const& [key, list] : lists_) {
+      if (list.blocks.overlaps(address, size)) { return "the block is already free (a double free)"; }
+    }
+    return {};
+  }
+
+  [[nodiscard]] bool inside_a_chunk_locked(std::uintptr_t address, std::size_t size) const noexcept
+  {
+    auto const after = chunks_.upper_bound(address);
+    if (after == chunks_.begin()) { return false; }
+    auto const chunk = std::prev(after);
+    return address - chunk->first <= chunk->second && size <= chunk->second - (address - chunk->first);
   }
 
   /**
@@ -787,6 +815,12 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
       list = &lists_.at(default_key);
     }
     for (std::uintptr_t const address : batch.addresses) {
+      if (!inside_a_chunk_locked(address, batch.block_size)) {  // a foreign pointer: never hand it out
+        report_deallocation_misuse(std::string{name_} + "::deallocate: " +
+                                   format_pointer(to_pointer(address)) + " (" + std::to_string(batch.block_size) +
+                                   " bytes) does not lie inside memory of this resource; ignored");
+        continue;
+      }
       try {
         list->blocks.insert(free_block{address, batch.block_size, chunks_.contains(address)});
         bytes_in_use_ -= batch.block_size;

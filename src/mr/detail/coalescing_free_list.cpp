@@ -211,4 +211,13 @@ void coalescing_free_list::check_invariants() const
   }
 }
 
+bool coalescing_free_list::overlaps(std::uintptr_t address, std::size_t size) const noexcept
+{
+  auto const after = by_address_.lower_bound(address);
+  if (after != by_address_.end() && after->first - address < size) { return true; }
+  if (after == by_address_.begin()) { return false; }
+  auto const before = std::prev(after);
+  return address - before->first < before->second.size;
+}
+
 }  // namespace gpumem::detail

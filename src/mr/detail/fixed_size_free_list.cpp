@@ -121,4 +121,11 @@ void fixed_size_free_list::check_invariants() const
   }
 }
 
+bool fixed_size_free_list::overlaps(std::uintptr_t address, std::size_t size) const noexcept
+{
+  return std::any_of(blocks_.begin(), blocks_.end(), [&](std::uintptr_t block) {
+    return block < address ? address - block < block_size_ : block - address < size;
+  });
+}
+
 }  // namespace gpumem::detail

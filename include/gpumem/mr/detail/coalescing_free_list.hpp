@@ -85,6 +85,9 @@ class GPUMEM_EXPORT coalescing_free_list {
    */
   [[nodiscard]] std::vector<free_block> remove_whole_chunks(chunk_map const& chunks);
 
+  /** @return whether any free block shares a byte with [address, address + size). O(log n). */
+  [[nodiscard]] bool overlaps(std::uintptr_t address, std::size_t size) const noexcept;
+
   /** @return the number of free blocks. */
   [[nodiscard]] std::size_t size() const noexcept { return by_address_.size(); }
   [[nodiscard]] bool empty() const noexcept { return by_address_.empty(); }

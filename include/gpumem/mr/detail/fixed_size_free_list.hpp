@@ -67,6 +67,9 @@ class GPUMEM_EXPORT fixed_size_free_list {
    */
   [[nodiscard]] std::vector<free_block> remove_whole_chunks(chunk_map const& chunks);
 
+  /** @return whether any free block shares a byte with [address, address + size). O(n). */
+  [[nodiscard]] bool overlaps(std::uintptr_t address, std::size_t size) const noexcept;
+
   [[nodiscard]] std::size_t size() const noexcept { return blocks_.size(); }
   [[nodiscard]] bool empty() const noexcept { return blocks_.empty(); }
   /** @return block_size() when not empty, else 0. */
