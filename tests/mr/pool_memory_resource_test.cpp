@@ -657,6 +657,28 @@ TEST(pool_memory_resource, a_double_free_found_in_a_shared_list_is_dropped_and_t
   EXPECT_EQ(pool.bytes_in_use(), 0U);
 }
 
+TEST(pool_memory_resource, a_pointer_it_never_handed_out_is_refused_and_never_handed_out)
+{
+  mr::simulated_memory_resource upstream;
+  mr::pool_memory_resource pool{&upstream, 4 * MiB};
+  void* const mine = pool.allocate(1000);
+  void* const foreign = upstream.allocate(4096);  // not from the pool
+  EXPECT_THROW(pool.checked_deallocate(foreign, 4096), logic_error);
+  EXPECT_THROW(pool.checked_deallocate(static_cast<char*>(mine) + 4 * MiB, 1000), logic_error) << "past its chunk";
+  backend_stream other;  // not cached: the block reaches a shared list during the call
+  pool.deallocate(foreign, 4096, cuda_stream_view{other.get()});  // logged and ignored
+  pool.flush_thread_caches();
+  pool.check_invariants();
+  for (int i = 0; i < 64; ++i) {
+    void* p = pool.allocate(4096);
+    EXPECT_NE(p, foreign) << "a pointer the pool never owned was handed out";
+    pool.deallocate(p, 4096);
+  }
+  pool.deallocate(mine, 1000);
+  upstream.deallocate(foreign, 4096);
+  pool.check_invariants();
+}
+
 TEST(pool_memory_resource, resources_without_a_non_blocking_path_refuse)
 {
   mr::simulated_memory_resource upstream;

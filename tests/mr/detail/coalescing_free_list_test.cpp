@@ -68,6 +68,21 @@ TEST(coalescing_free_list, separate_blocks_stay_separate)
   EXPECT_EQ(list.largest(), 2 * unit);
 }
 
+TEST(coalescing_free_list, overlaps_sees_every_byte_of_every_block_and_nothing_else)
+{
+  coalescing_free_list list;
+  list.insert(blk(2, 2, true));  // units 2 and 3
+  list.insert(blk(6, 1));        // unit 6
+  for (std::size_t u = 0; u < 9; ++u) {
+    bool const free = u == 2 || u == 3 || u == 6;
+    EXPECT_EQ(list.overlaps(base + u * unit, unit), free) << "unit " << u;
+    EXPECT_EQ(list.overlaps(base + u * unit + unit - 1, 1), free) << "last byte of unit " << u;
+  }
+  EXPECT_TRUE(list.overlaps(base, 3 * unit)) << "reaches into unit 2";
+  EXPECT_FALSE(list.overlaps(base + 4 * unit, 2 * unit)) << "units 4 and 5 lie between the blocks";
+  EXPECT_TRUE(list.overlaps(base, 100 * unit));
+}
+
 TEST(coalescing_free_list, merges_with_the_block_on_the_left)
 {
   coalescing_free_list list;
