@@ -90,7 +90,12 @@ bool dlpack_consumer_orders(py::object const& stream, std::int32_t device_type, 
   if (device_type == dlpack::kDLCPU && !stream.is_none()) {
     throw py::value_error(std::string{caller} + ": stream must be None for a CPU consumer");
   }
-  return !stream.is_none() && py::isinstance<py::int_>(stream) && stream.cast<std::int64_t>() == -1;
+  if (stream.is_none()) { return false; }
+  if (!py::isinstance<py::int_>(stream)) {
+    throw py::type_error(std::string{caller} + ": stream must be an int or None, not " +
+                         std::string{py::str(stream.get_type().attr("__name__"))});
+  }
+  return stream.equal(py::int_(-1));  // any int compares, however large
 }
 
 }  // namespace gpumem::python

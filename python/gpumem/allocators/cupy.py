@@ -21,11 +21,16 @@ def cupy_allocator(nbytes):
     current stream (``cupy.cuda.get_current_stream()``), on which it is also freed once CuPy lets go of it.
 
     Returns a ``cupy.cuda.MemoryPointer`` over a ``cupy.cuda.UnownedMemory`` whose owner is the
-    ``gpumem.DeviceBuffer``. Raises ``gpumem.OutOfMemoryError`` (a MemoryError) when the resource has not
+    ``gpumem.DeviceBuffer``. Raises TypeError or ValueError when `nbytes` is not an int >= 0,
+    ``gpumem.OutOfMemoryError`` (a MemoryError) when the resource has not
     the memory, and RuntimeError when gpumem is not on its cuda backend (its memory would be host memory).
     """
     from . import _require_cuda_backend
 
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int):
+        raise TypeError(f"nbytes must be an int, not {type(nbytes).__name__}")
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
     _require_cuda_backend("CuPy")
     import cupy
 
