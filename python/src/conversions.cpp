@@ -57,8 +57,10 @@ held_stream hold_stream(py::handle stream)
 
 void* to_pointer(py::handle pointer)
 {
-  py::handle const address = py::isinstance<py::int_>(pointer) || !py::hasattr(pointer, "ptr") ? pointer
-                                                                                              : pointer.attr("ptr");
+  // An object, not a handle: .ptr may return a new int, which must live until it is read.
+  py::object const address = py::isinstance<py::int_>(pointer) || !py::hasattr(pointer, "ptr")
+                               ? py::reinterpret_borrow<py::object>(pointer)
+                               : py::object{pointer.attr("ptr")};
   if (!py::isinstance<py::int_>(address)) {
     throw py::type_error("a pointer must be an int or an object with an int .ptr, not " + type_name(pointer));
   }
