@@ -5,7 +5,7 @@
 #include "library_log.hpp"
 #include "progress_bar.hpp"
 
-#include <gpumem/backend/backend.hpp>
+#include <gpumem/device.hpp>
 #include <gpumem/device.hpp>
 #include <gpumem/replay/replay.hpp>
 #include <gpumem/replay/replay_resource.hpp>
@@ -21,10 +21,9 @@ namespace {
 
 std::string environment_line(bool simulate)
 {
-  auto& backend = detail::get_backend();
   cuda_device_id const device = get_current_cuda_device();
   auto const memory = available_device_memory(device);
-  std::string line = std::string{to_string(backend.kind())} + " backend, device " + std::to_string(device.value()) +
+  std::string line = std::string{to_string(current_backend_kind())} + " backend, device " + std::to_string(device.value()) +
                      " (" + get_device_properties(device).name + ", " + compact_bytes(memory.total) + ")";
   if (simulate) { line += "; sub-allocators over a simulated upstream (addresses only)"; }
   return line;

@@ -1,4 +1,5 @@
-# Warnings for gpumem's own targets only (linked PRIVATE, so consumers never inherit them).
+# Warnings for gpumem's own targets only: linked as $<BUILD_INTERFACE:gpumem_warnings>, so the exported
+# targets never name it and consumers never inherit it.
 add_library(gpumem_warnings INTERFACE)
 target_compile_options(gpumem_warnings INTERFACE
   $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion
@@ -11,4 +12,3 @@ if(GPUMEM_WARNINGS_AS_ERRORS)
   target_compile_options(gpumem_warnings INTERFACE $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Werror>
     $<$<COMPILE_LANG_AND_ID:C,GNU,Clang>:-Werror>)
 endif()
-install(TARGETS gpumem_warnings EXPORT gpumem-targets)

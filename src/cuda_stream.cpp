@@ -1,7 +1,7 @@
 // cuda_stream (cuda_stream.hpp).
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_stream.hpp>
-#include <gpumem/mr/before_stream_destroy.hpp>
+#include <gpumem/before_stream_destroy.hpp>
 #include <gpumem/error.hpp>
 
 #include <utility>

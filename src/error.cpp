@@ -58,8 +58,7 @@ namespace detail {
 void throw_cuda_error(cudaError_t code, char const* call, char const* file, int line)
 {
   std::ostringstream message;
-  message << "CUDA error " << cudaGetErrorName(code) << " (" << static_cast<int>(code) << ": "
-          << cudaGetErrorString(code) << ") in " << call << " at " << file << ":" << line;
+  message << "CUDA error " << describe_cuda_error(code) << " in " << call << " at " << file << ":" << line;
   throw cuda_error(code, message.str());
 }
 }  // namespace detail

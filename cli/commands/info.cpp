@@ -1,7 +1,7 @@
 // `gpumem info`: what the process runs on. Every value comes from the library (device.hpp, backend.hpp).
 #include "commands.hpp"
 
-#include <gpumem/backend/backend.hpp>
+#include <gpumem/device.hpp>
 #include <gpumem/cuda_device_id.hpp>
 #include <gpumem/device.hpp>
 #include <gpumem/error.hpp>
@@ -27,7 +27,7 @@ int run_info(std::span<std::string_view const> args, std::ostream& out)
 {
   if (!args.empty()) { throw usage_error("info takes no arguments"); }
 
-  backend_kind const kind = detail::get_backend().kind();
+  backend_kind const kind = current_backend_kind();
   int const driver = driver_version();
   int const count = get_num_cuda_devices();
   out << "gpumem " << GPUMEM_VERSION_STRING << '\n'

@@ -12,7 +12,7 @@
 //
 // Prints the throughput (bytes the kernels touched per second, and the spill traffic) and exits 0 when
 // every element is right, 1 on a wrong element or error, 77 (ctest's skip) without a CUDA device.
-#include <gpumem/backend/backend.hpp>
+#include <gpumem/device.hpp>
 #include <gpumem/buffer/spill_manager.hpp>
 #include <gpumem/buffer/unified_buffer.hpp>
 #include <gpumem/cuda_stream.hpp>

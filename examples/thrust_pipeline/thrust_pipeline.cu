@@ -11,7 +11,7 @@
 // cuda_async_memory_resource; LOG.csv is that log (gzip it to bundle it: data/logs/). Each batch's sum is
 // checked against the host's, so a wrong result fails the run (exit 1). Needs a CUDA device: exits 77 (the
 // ctest skip code) on the host backend.
-#include <gpumem/backend/backend.hpp>
+#include <gpumem/device.hpp>
 #include <gpumem/buffer/device_uvector.hpp>
 #include <gpumem/cuda_stream.hpp>
 #include <gpumem/mr/cuda_async_memory_resource.hpp>
@@ -87,7 +87,7 @@ value_type host_sum(std::size_t rows, std::uint64_t salt)
 
 int run(char const* log_path, int batches, unsigned seed)
 {
-  if (gpumem::detail::get_backend().kind() != gpumem::backend_kind::cuda) {
+  if (gpumem::current_backend_kind() != gpumem::backend_kind::cuda) {
     std::puts("thrust_pipeline: needs a CUDA device (backend is host); skipped");
     return 77;
   }

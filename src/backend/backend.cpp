@@ -17,6 +17,13 @@ std::string_view to_string(backend_kind kind) noexcept
 }
 
 namespace detail {
+
+std::string describe_cuda_error(cudaError_t code)
+{
+  return std::string{cudaGetErrorName(code)} + " (" + std::to_string(static_cast<int>(code)) + ": " +
+         cudaGetErrorString(code) + ")";
+}
+
 namespace {
 
 /// @return the number of usable CUDA devices, and the error that explains why there are none.

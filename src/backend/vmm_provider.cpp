@@ -2,7 +2,7 @@
 #include "backend/vmm_providers.hpp"
 
 #include <gpumem/backend/backend.hpp>
-#include <gpumem/mr/virtual_memory_provider.hpp>
+#include <gpumem/backend/virtual_memory_provider.hpp>
 
 namespace gpumem::mr {
 

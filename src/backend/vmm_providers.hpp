@@ -1,7 +1,7 @@
-// The backends' virtual memory providers (include/gpumem/mr/virtual_memory_provider.hpp), one per backend.
+// The backends' virtual memory providers (include/gpumem/backend/virtual_memory_provider.hpp), one per backend.
 #pragma once
 
-#include <gpumem/mr/virtual_memory_provider.hpp>
+#include <gpumem/backend/virtual_memory_provider.hpp>
 
 #include <memory>
 #include <vector>

@@ -1,7 +1,7 @@
 // simulated_vmm_provider: addresses and byte counts only (virtual_memory_provider.hpp).
 #include <gpumem/error.hpp>
 #include <gpumem/mr/simulated_memory_resource.hpp>
-#include <gpumem/mr/virtual_memory_provider.hpp>
+#include <gpumem/backend/virtual_memory_provider.hpp>
 
 #include <algorithm>
 #include <iterator>

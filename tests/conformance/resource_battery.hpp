@@ -268,7 +268,7 @@ inline void use_and_free_on(mr::device_memory_resource& r, cuda_stream_view stre
   }
 }
 
-// Streams belong to the program (mr/before_stream_destroy.hpp): CuPy, PyTorch and raw CUDA destroy streams
+// Streams belong to the program (before_stream_destroy.hpp): CuPy, PyTorch and raw CUDA destroy streams
 // without telling gpumem, and a call on a destroyed stream crashes a GPU program. The host backend aborts on
 // one, so a resource that keeps using a stream after the call that passed it fails here.
 TYPED_TEST_P(resource_battery, streams_destroyed_after_their_frees_are_never_used_again)

@@ -14,7 +14,7 @@
 #include <gpumem/mr/pinned_memory_pool.hpp>
 #include <gpumem/mr/pool_memory_resource.hpp>
 #include <gpumem/mr/simulated_memory_resource.hpp>
-#include <gpumem/mr/virtual_memory_provider.hpp>
+#include <gpumem/backend/virtual_memory_provider.hpp>
 #include <gpumem/mr/vmm_pool_memory_resource.hpp>
 
 #include <gtest/gtest.h>

@@ -15,7 +15,7 @@
 #include <gpumem/error.hpp>
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/pool_memory_resource.hpp>
-#include <gpumem/mr/virtual_memory_provider.hpp>
+#include <gpumem/backend/virtual_memory_provider.hpp>
 #include <gpumem/mr/vmm_pool_memory_resource.hpp>
 #include <gpumem/replay/allocation_log.hpp>
 #include <gpumem/replay/replay.hpp>

@@ -42,7 +42,7 @@ struct block {
 [[nodiscard]] ::testing::AssertionResult do_not_overlap(std::vector<block> blocks);
 
 /// A stream created with the backend's stream_create and destroyed with stream_destroy, as CuPy, PyTorch or
-/// raw CUDA make them: never announced to gpumem (mr/before_stream_destroy.hpp), so no resource may use it
+/// raw CUDA make them: never announced to gpumem (before_stream_destroy.hpp), so no resource may use it
 /// after the call that passed it returned (the host backend aborts on a destroyed handle).
 class backend_stream {
  public:

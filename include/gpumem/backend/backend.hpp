@@ -205,6 +205,12 @@ class GPUMEM_EXPORT backend {
  */
 [[nodiscard]] GPUMEM_EXPORT backend& get_backend();
 
+/**
+ * @brief "cudaErrorMemoryAllocation (2: out of memory)": the name, number and text of `code`, as the CUDA
+ * runtime describes it (a table look-up: no device, no state). Never throws but std::bad_alloc.
+ */
+[[nodiscard]] GPUMEM_EXPORT std::string describe_cuda_error(cudaError_t code);
+
 /** @brief The backends themselves (for tests that want one explicitly). Defined in src/backend/. */
 [[nodiscard]] GPUMEM_EXPORT backend& cuda_backend_instance();
 [[nodiscard]] GPUMEM_EXPORT backend& host_backend_instance();

@@ -36,7 +36,7 @@ namespace gpumem::mr {
  * upstream calls; one small lock per thread cache).
  * Stream-ordering: as device_memory_resource.hpp says; blocks freed on one stream reach another stream
  * through an event wait, never a host synchronisation. The pool uses a stream only during the call that
- * passed it, except the default streams and gpumem's own streams (mr/before_stream_destroy.hpp), so a
+ * passed it, except the default streams and gpumem's own streams (before_stream_destroy.hpp), so a
  * program may destroy its streams whenever it likes; blocks freed on a stream gpumem did not create skip the
  * thread caches (stream_ordered_memory_resource.hpp). Use the pool with the device that was current at its
  * construction.

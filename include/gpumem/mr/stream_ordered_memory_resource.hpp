@@ -40,7 +40,7 @@
  *   Cost: a thread hides at most block_cache::slot_count * block_cache::bytes_per_slot bytes from the
  *   others until one of those moments; pool_size() counts them, bytes_in_use() does not.
  *
- * Streams belong to the program (mr/before_stream_destroy.hpp): a block leaves a cache at a moment chosen
+ * Streams belong to the program (before_stream_destroy.hpp): a block leaves a cache at a moment chosen
  * by gpumem, when the stream it was freed on may already be destroyed, and recording on a destroyed stream
  * crashes a GPU program. So only the streams gpumem may use after the call that passed them are cached:
  * the legacy default stream, the thread's own per-thread default stream, and announced streams
@@ -105,7 +105,7 @@
 #include <gpumem/debug_log.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/export.hpp>
-#include <gpumem/mr/before_stream_destroy.hpp>
+#include <gpumem/before_stream_destroy.hpp>
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/detail/block_cache.hpp>
 #include <gpumem/mr/detail/free_block.hpp>
@@ -762,7 +762,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
 
   /**
    * @brief Puts a freed block in the calling thread's cache, if the thread has one and gpumem may use
-   * `stream` after this call (mr/before_stream_destroy.hpp): the block may leave the cache later, from any
+   * `stream` after this call (before_stream_destroy.hpp): the block may leave the cache later, from any
    * thread, and that records the stream's event then. A stream with a slot in the cache qualifies (slots
    * are made only for such streams, and a destroyed stream's slots are emptied first).
    * @return false when the block was not cached.

@@ -39,7 +39,7 @@
  * Stream-ordering: as device_memory_resource.hpp says. Memory freed on stream A is reused on A at once;
  * another stream B that takes it first waits (cudaStreamWaitEvent, no host synchronisation) on an event
  * recorded on A after the free. For the legacy default stream and announced streams (gpumem::cuda_stream:
- * mr/before_stream_destroy.hpp) that event is recorded when B needs it, once per batch of frees; an
+ * before_stream_destroy.hpp) that event is recorded when B needs it, once per batch of frees; an
  * announced stream's event is recorded before it is destroyed, and the handle is then forgotten. Every
  * other stream (the per-thread default stream, CuPy's, PyTorch's, cudaStreamCreate's) has its event
  * recorded at every free, during the call, so the pool never uses such a stream after the call that
@@ -58,10 +58,10 @@
 
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/export.hpp>
-#include <gpumem/mr/before_stream_destroy.hpp>
+#include <gpumem/before_stream_destroy.hpp>
 #include <gpumem/mr/detail/virtual_heap.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
-#include <gpumem/mr/virtual_memory_provider.hpp>
+#include <gpumem/backend/virtual_memory_provider.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -172,7 +172,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
     cudaEvent_t event{};
     bool recorded_since_free{true};
     // The event is recorded at every free, during the call: for a stream gpumem may not use later
-    // (mr/before_stream_destroy.hpp), and for the per-thread default stream (only its thread can name it).
+    // (before_stream_destroy.hpp), and for the per-thread default stream (only its thread can name it).
     bool record_at_free{false};
     bool in_use{false};
   };

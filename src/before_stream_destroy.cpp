@@ -1,6 +1,6 @@
-// before_stream_destroy (mr/before_stream_destroy.hpp): the streams that announced their destruction, and
+// before_stream_destroy (before_stream_destroy.hpp): the streams that announced their destruction, and
 // the process-wide list of resources told about a stream before it goes.
-#include <gpumem/mr/before_stream_destroy.hpp>
+#include <gpumem/before_stream_destroy.hpp>
 
 #include <algorithm>
 #include <mutex>
