@@ -8,7 +8,7 @@
 #include <gpumem/device.hpp>
 #include <gpumem/device.hpp>
 #include <gpumem/replay/replay.hpp>
-#include <gpumem/replay/replay_resource.hpp>
+#include <gpumem/registry/resource_registry.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -49,9 +49,9 @@ report_input build_report(log_source& log, std::vector<std::string> const& resou
   for (std::string const& name : resources) {
     report_resource entry;
     entry.name = name;
-    if (replay_resource_info const* const info = find_replay_resource(name)) { entry.description = info->description; }
+    if (registry::resource_info const* const info = registry::find_resource(name)) { entry.description = info->description; }
     {
-      replay_resource r = make_replay_resource(name, {.simulate = simulate});
+      registry::resource_handle r = registry::make_resource(name, {.simulate = simulate});
       progress_bar progress{log.name() + " on " + name + " (timing)"};
       allocation_log_reader rows = log.open();
       replay_options options{.progress = progress.callback()};
@@ -62,7 +62,7 @@ report_input build_report(log_source& log, std::vector<std::string> const& resou
       library_log.report(std::cerr, log.name() + " on " + name + " (timing)");
     }
     {
-      replay_resource r = make_replay_resource(name, {.simulate = simulate});
+      registry::resource_handle r = registry::make_resource(name, {.simulate = simulate});
       progress_bar progress{log.name() + " on " + name + " (timeline)"};
       allocation_log_reader rows = log.open();
       (void)replay(rows, r, {.progress = progress.callback(), .timeline = &entry.timeline});

@@ -18,7 +18,7 @@ namespace gpumem::cli {
  * @brief The report's data for `log` on `resources` (names from the replay registry), printing to `out` the
  * line "log: NAME (N events, peak live X)" once the first replay is done, then one table row per resource
  * as it goes (with a progress bar on a terminal). What the library logs is summarised after each replay.
- * @throws what make_replay_resource and replay throw.
+ * @throws what registry::make_resource and replay throw.
  */
 [[nodiscard]] report_input build_report(log_source& log, std::vector<std::string> const& resources, bool simulate,
                                         std::string const& command, std::ostream& out);

@@ -1,9 +1,9 @@
-// resource_selection.hpp: checking `--resource` lists against the replay registry.
+// resource_selection.hpp: checking `--resource` lists against the resource registry.
 #include "resource_selection.hpp"
 
 #include "commands.hpp"
 
-#include <gpumem/replay/replay_resource.hpp>
+#include <gpumem/registry/resource_registry.hpp>
 
 #include <algorithm>
 
@@ -12,11 +12,15 @@ namespace gpumem::cli {
 std::vector<std::string> select_replay_resources(std::optional<std::string_view> list, bool simulate,
                                                  std::string_view command)
 {
+  using registry::resource_info;
   std::string const prefix = std::string{command} + ": ";
+  auto const valid = [simulate](resource_info const& info) {
+    return info.any_size && (!simulate || info.simulatable);
+  };
   std::vector<std::string> names;
   if (!list) {
-    for (auto const& info : replay_resources()) {
-      if (!simulate || info.simulatable) { names.emplace_back(info.name); }
+    for (auto const& info : registry::resources()) {
+      if (info.replays_by_default() && valid(info)) { names.emplace_back(info.name); }
     }
     return names;
   }
@@ -26,20 +30,25 @@ std::vector<std::string> select_replay_resources(std::optional<std::string_view>
     std::string_view const name = rest.substr(0, comma);
     rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
     if (name.empty()) { continue; }
-    replay_resource_info const* const info = find_replay_resource(name);
+    resource_info const* const info = registry::find_resource(name);
     if (info == nullptr) {
       throw usage_error(prefix + "unknown resource '" + std::string{name} +
-                        "'; valid resources: " + replay_resource_names());
+                        "'; valid resources: " + registry::resource_names(valid));
+    }
+    if (!info->any_size) {
+      throw usage_error(prefix + "resource '" + std::string{name} +
+                        "' serves one block size and cannot replay a log of any sizes; valid resources: " +
+                        registry::resource_names(valid));
     }
     if (simulate && !info->simulatable) {
       throw usage_error(prefix + "resource '" + std::string{name} +
                         "' allocates real device memory and cannot be simulated; with --simulate use: " +
-                        replay_resource_names(true));
+                        registry::resource_names(valid));
     }
     if (std::find(names.begin(), names.end(), name) == names.end()) { names.emplace_back(name); }
   }
   if (names.empty()) {
-    throw usage_error(prefix + "--resource names no resource; valid resources: " + replay_resource_names());
+    throw usage_error(prefix + "--resource names no resource; valid resources: " + registry::resource_names(valid));
   }
   return names;
 }

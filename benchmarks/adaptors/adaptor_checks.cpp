@@ -205,7 +205,7 @@ class failure_callback_adapted final : public adapted_resource {
   explicit failure_callback_adapted(resource_handle chain) : adapted_resource{std::move(chain)}
   {
     mr::device_memory_resource* const below = &chain_.get();
-    resource_builder{chain_, 0}.emplace<mr::failure_callback_resource_adaptor>(
+    chain_.emplace<mr::failure_callback_resource_adaptor>(
       below,
       [](std::size_t, void* arg) {
         static_cast<std::atomic<std::size_t>*>(arg)->fetch_add(1);

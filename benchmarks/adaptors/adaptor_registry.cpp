@@ -41,8 +41,7 @@ template <class Adaptor, class... Args>
 Adaptor* wrap(resource_handle& chain, Args&&... args)
 {
   mr::device_memory_resource* const below = &chain.get();
-  resource_builder builder{chain, 0};
-  return builder.emplace<Adaptor>(below, std::forward<Args>(args)...);
+  return chain.emplace<Adaptor>(below, std::forward<Args>(args)...);
 }
 
 // ---- the logging adaptors' files ------------------------------------------------------------------------
@@ -148,7 +147,7 @@ constexpr std::array selftest_entries{
                 [](resource_handle base) -> std::unique_ptr<adapted_resource> {
                   mr::device_memory_resource* const below = &base.get();
                   auto* const stats = wrap<mr::statistics_resource_adaptor>(base);
-                  resource_builder{base, 0}.emplace<forwarding_resource>(below);
+                  base.emplace<forwarding_resource>(below);
                   return check_statistics(std::move(base), stats);
                 }},
   adaptor_entry{"selftest_bypassed_logging", "broken on purpose: calls bypass a logging adaptor", "none",
@@ -156,7 +155,7 @@ constexpr std::array selftest_entries{
                   mr::device_memory_resource* const below = &base.get();
                   fs::path file = new_log_file();
                   auto* const log = wrap<mr::logging_resource_adaptor>(base, file.string());
-                  resource_builder{base, 0}.emplace<forwarding_resource>(below);
+                  base.emplace<forwarding_resource>(below);
                   return check_logging(std::move(base), log, std::move(file));
                 }},
 };
@@ -260,13 +259,8 @@ std::optional<int> parse_adaptor_options(int& argc, char** argv, std::string_vie
 resource_handle make_base(adaptor_entry const& adaptor, std::string_view base_name, std::size_t max_request)
 {
   if (!adaptor.managed_base()) { return make_resource(base_name, max_request); }
-  // As the registry's `pool`, over managed memory: counted the same way, so the two bases differ only there.
-  resource_handle handle;
-  resource_builder builder{handle, max_request};
-  auto* const managed = builder.emplace<mr::managed_memory_resource>();
-  auto* const counter = builder.emplace<counting_resource>(managed);
-  builder.emplace<mr::pool_memory_resource>(counter, 0);
-  return handle;
+  // The registry's `pool` over managed memory: counted the same way, so the two bases differ only there.
+  return registry::make_resource("pool", {.managed = true, .max_request = max_request});
 }
 
 void remove_log_directory() noexcept

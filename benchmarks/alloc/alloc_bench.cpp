@@ -25,7 +25,7 @@
 // a benchmark call that outlives --timeout ends the process (bench_support.hpp).
 // Counters: ns_per_pair / ns_per_op, pairs_per_s / ops_per_s, ops and bytes_allocated per pass, peak live
 // bytes; for sub-allocators, peak_upstream_bytes (bytes taken from the cuda_memory_resource below, through
-// counting_resource) and fragmentation = peak_upstream_bytes / peak_live_bytes.
+// mr::statistics_resource_adaptor) and fragmentation = peak_upstream_bytes / peak_live_bytes.
 
 #include "../common/bench_support.hpp"
 #include "../common/resource_registry.hpp"
@@ -52,6 +52,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <span>
 #include <string>
@@ -114,11 +115,12 @@ std::unique_ptr<bench_context> g_context;
 void set_upstream_counters(benchmark::State& state, bench_context const& ctx, std::size_t peak_live_bytes,
                            bool with_fragmentation)
 {
-  double const peak_reserved = ctx.resource.peak_reserved_bytes();
-  if (peak_reserved < 0) { return; }
+  std::optional<std::size_t> const peak = ctx.resource.peak_upstream_bytes();
+  if (!peak) { return; }
+  auto const peak_reserved = static_cast<double>(*peak);
   state.counters["peak_upstream_bytes"] = peak_reserved;
-  if (counting_resource const* const counter = ctx.resource.upstream_counter(); counter != nullptr) {
-    state.counters["upstream_allocations"] = static_cast<double>(counter->allocations());
+  if (std::optional<std::size_t> const calls = ctx.resource.upstream_allocations()) {
+    state.counters["upstream_allocations"] = static_cast<double>(*calls);
   }
   if (with_fragmentation && peak_live_bytes > 0 && !ctx.resource.reserves_upfront()) {
     state.counters["fragmentation"] = peak_reserved / static_cast<double>(peak_live_bytes);

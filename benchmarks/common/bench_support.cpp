@@ -98,7 +98,7 @@ void print_usage(std::string_view program)
 std::vector<std::string> smoke_default_resources()
 {
   std::vector<std::string> names{"cuda"};
-  for (auto const& e : registered_resources()) {
+  for (auto const& e : registry::resources()) {
     if (!e.peer) {
       names.emplace_back(e.name);
       break;
@@ -121,7 +121,7 @@ std::optional<int> parse_options(int& argc, char** argv, std::string_view progra
       if (arg.starts_with("--resource=") || arg.starts_with("--resources=")) {
         resource_flag = std::string{arg.substr(arg.find('=') + 1)};
       } else if (arg == "--list") {
-        for (auto const& e : registered_resources()) {
+        for (auto const& e : registry::resources()) {
           std::cout << e.name << (e.peer ? "  (peer)  " : "  ") << e.description << "\n";
         }
         return 0;

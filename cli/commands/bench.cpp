@@ -13,7 +13,7 @@
 #include <gpumem/bench/measure.hpp>
 #include <gpumem/bench/workload.hpp>
 #include <gpumem/cuda_stream_pool.hpp>
-#include <gpumem/replay/replay_resource.hpp>
+#include <gpumem/registry/resource_registry.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -176,7 +176,7 @@ int run_bench(std::span<std::string_view const> args, std::ostream& out)
     row result{.workload = workload, .resource = name, .m = {}, .peak_upstream = {}, .reserves_upfront = false,
                .failure = {}};
     try {
-      replay_resource r = make_replay_resource(name);
+      registry::resource_handle r = registry::make_resource(name);
       result.reserves_upfront = r.reserves_upfront();
       result.m = measure(r.get());
       if (name != "cuda") { result.peak_upstream = r.peak_upstream_bytes(); }

@@ -3,7 +3,7 @@
 // replays allocation logs against resources by name and prints one table per log (docs/formats.md). Each run
 // streams the log (a pipe or standard input is copied on its first pass when there are more runs). The
 // reading, the replay and the resources are the library's (replay/log_source.hpp, replay/replay.hpp,
-// replay/replay_resource.hpp); this file parses the command line and formats the results.
+// registry/resource_registry.hpp); this file parses the command line and formats the results.
 #include "commands.hpp"
 #include "compact_bytes.hpp"
 #include "csv_field.hpp"
@@ -14,7 +14,7 @@
 #include <gpumem/bench/measure.hpp>
 #include <gpumem/replay/log_source.hpp>
 #include <gpumem/replay/replay.hpp>
-#include <gpumem/replay/replay_resource.hpp>
+#include <gpumem/registry/resource_registry.hpp>
 
 #include <algorithm>
 #include <array>
@@ -42,7 +42,7 @@ struct replay_command {
   std::size_t repeats{1};                                      // --repeat: runs per resource, interleaved
   std::size_t vmm_slab_size{std::size_t{32} << 20};          // --slab-mib: the vmm resource's slab size
   std::optional<std::size_t> vmm_max_mapping_size{};          // --mapping-mib: its largest new mapping
-  std::size_t vmm_mapping_divisor{replay_resource_options{}.vmm_mapping_divisor};  // --mapping-divisor: 1/N of the pool
+  std::size_t vmm_mapping_divisor{registry::resource_options{}.vmm_mapping_divisor};  // --mapping-divisor: 1/N of the pool
 };
 
 /// The value of `--<flag> N` (N MiB, 1 to 1 TiB) in bytes.
@@ -142,10 +142,10 @@ int run_replay(std::span<std::string_view const> args, std::ostream& out)
     for (std::size_t run = 0; run < c.repeats; ++run) {
       for (std::size_t i = 0; i < c.resources.size(); ++i) {
         std::string const& name = c.resources[i];
-        replay_resource r = make_replay_resource(name, {.simulate = c.simulate,
-                                                             .vmm_slab_size = c.vmm_slab_size,
-                                                             .vmm_max_mapping_size = c.vmm_max_mapping_size,
-                                                             .vmm_mapping_divisor = c.vmm_mapping_divisor});
+        registry::resource_handle r = registry::make_resource(name, {.simulate = c.simulate,
+                                                                 .vmm_slab_size = c.vmm_slab_size,
+                                                                 .vmm_max_mapping_size = c.vmm_max_mapping_size,
+                                                                 .vmm_mapping_divisor = c.vmm_mapping_divisor});
         std::string const label =
           source.name() + " on " + name + (c.repeats > 1 ? " (run " + std::to_string(run + 1) + ")" : "");
         progress_bar progress{label};

@@ -10,7 +10,6 @@
 #include <gpumem/replay/allocation_log.hpp>
 #include <gpumem/replay/log_reader.hpp>
 #include <gpumem/replay/replay.hpp>
-#include <gpumem/replay/replay_resource.hpp>
 
 #include <gtest/gtest.h>
 
@@ -189,7 +188,7 @@ TEST(replay, timeline_samples_live_and_upstream_bytes_and_times_every_operation)
     }
   }
   allocation_log const log = log_of(rows);
-  replay_resource r = make_replay_resource("pool", {.simulate = true});
+  registry::resource_handle r = registry::make_resource("pool", {.simulate = true});
   replay_timeline timeline;
   timeline.samples.push_back({});  // replaced, not appended to
   replay_result const result = replay(log, r, {.timeline = &timeline, .timeline_samples = 100});
@@ -365,42 +364,9 @@ TEST(replay, peak_live_bytes_past_2_to_the_64_saturates)
   EXPECT_EQ(r.failures, 2U);
 }
 
-// ---- the registry ------------------------------------------------------------------------------------------
+// ---- replaying a registered resource ----------------------------------------------------------------------
 
-TEST(replay_resource, lists_the_resources_and_rejects_unknown_names)
-{
-  EXPECT_EQ(replay_resource_names(), "pool, vmm, arena, binning, cuda_async, cuda");
-  EXPECT_EQ(replay_resource_names(true), "pool, vmm, arena, binning");
-  EXPECT_TRUE(find_replay_resource("vmm")->simulatable);
-  ASSERT_NE(find_replay_resource("binning"), nullptr);
-  EXPECT_TRUE(find_replay_resource("binning")->simulatable);
-  EXPECT_FALSE(find_replay_resource("cuda")->simulatable);
-  EXPECT_EQ(find_replay_resource("fixed_size"), nullptr);
-  try {
-    (void)make_replay_resource("tlsf");
-    FAIL();
-  } catch (logic_error const& e) {
-    EXPECT_NE(std::string{e.what()}.find("unknown replay resource 'tlsf'; known resources: pool, vmm, arena"),
-              std::string::npos)
-      << e.what();
-  }
-}
-
-TEST(replay_resource, cuda_resources_cannot_be_simulated)
-{
-  for (char const* name : {"cuda", "cuda_async"}) {
-    try {
-      (void)make_replay_resource(name, {.simulate = true});
-      FAIL() << name;
-    } catch (logic_error const& e) {
-      EXPECT_NE(std::string{e.what()}.find("cannot run over a simulated upstream; resources that can: pool, vmm, arena, binning"),
-                std::string::npos)
-        << e.what();
-    }
-  }
-}
-
-TEST(replay_resource, every_resource_replays_a_small_log)
+TEST(replay_registered_resource, every_default_resource_replays_a_small_log)
 {
   allocation_log const log = log_of(
     "1,10:00:00.000001,allocate,0xa00,1000,0x0\n"
@@ -409,11 +375,13 @@ TEST(replay_resource, every_resource_replays_a_small_log)
     "1,10:00:00.000004,free,0xa00,1000,0x0\n"
     "1,10:00:00.000005,free,0xb00,3000000,0x0\n"
     "1,10:00:00.000006,free,0xc00,9000000,0x0\n");
-  for (auto const& info : replay_resources()) {
+  std::size_t replayed = 0;
+  for (auto const& info : registry::resources()) {
+    if (!info.replays_by_default()) { continue; }
     for (bool const simulate : {false, true}) {
       if (simulate && !info.simulatable) { continue; }
       SCOPED_TRACE(std::string{info.name} + (simulate ? " simulated" : ""));
-      replay_resource r = make_replay_resource(info.name, {.simulate = simulate});
+      registry::resource_handle r = registry::make_resource(info.name, {.simulate = simulate});
       EXPECT_EQ(r.name(), info.name);
       replay_result const result = replay(log, r);
       EXPECT_EQ(result.failures, 0U);
@@ -423,8 +391,10 @@ TEST(replay_resource, every_resource_replays_a_small_log)
       EXPECT_GE(*result.peak_upstream_bytes, result.peak_live_bytes);
       ASSERT_TRUE(result.fragmentation.has_value());
       EXPECT_GE(*result.fragmentation, 1.0);
+      ++replayed;
     }
   }
+  EXPECT_EQ(replayed, 10U) << "pool, vmm, arena, binning (each twice), cuda_async, cuda";
 }
 
 // ---- the shared ResNet-50 trace ----------------------------------------------------------------------------
@@ -439,7 +409,7 @@ TEST(replay, resnet50_trace_on_simulated_sub_allocators)
   allocation_log const log = read_allocation_log(trace);
   for (char const* name : {"pool", "arena", "binning"}) {
     SCOPED_TRACE(name);
-    replay_resource r = make_replay_resource(name, {.simulate = true});
+    registry::resource_handle r = registry::make_resource(name, {.simulate = true});
     replay_result const result = replay(log, r);
     EXPECT_EQ(result.ops, 41'696U);
     EXPECT_EQ(result.failures, 0U);

@@ -318,4 +318,28 @@ replay_result replay(allocation_log const& log, mr::device_memory_resource& reso
   return run_replay(rows, resource, options);
 }
 
+namespace {
+/// `options` with the probes of `resource`.
+replay_options with_probes(registry::resource_handle& resource, replay_options options)
+{
+  if (resource.peak_upstream_bytes()) {
+    options.peak_upstream_bytes = [&resource] { return *resource.peak_upstream_bytes(); };
+  }
+  if (!options.upstream_bytes && resource.upstream_bytes()) {
+    options.upstream_bytes = [&resource] { return *resource.upstream_bytes(); };
+  }
+  return options;
+}
+}  // namespace
+
+replay_result replay(allocation_log_reader& log, registry::resource_handle& resource, replay_options options)
+{
+  return replay(log, resource.get(), with_probes(resource, std::move(options)));
+}
+
+replay_result replay(allocation_log const& log, registry::resource_handle& resource, replay_options options)
+{
+  return replay(log, resource.get(), with_probes(resource, std::move(options)));
+}
+
 }  // namespace gpumem

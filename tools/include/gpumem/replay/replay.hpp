@@ -32,6 +32,7 @@
 
 #include <gpumem/export.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/registry/resource_registry.hpp>
 #include <gpumem/replay/allocation_log.hpp>
 #include <gpumem/replay/log_reader.hpp>
 
@@ -76,7 +77,7 @@ struct replay_options {
   /**
    * @brief Reports the peak bytes the resource has taken from its upstream (or from the device); queried
    * once, after the replay. Empty: the result has no peak_upstream_bytes and no fragmentation.
-   * make_replay_resource's handles provide one (replay_resource.hpp).
+   * the registry's handles provide one (the overloads below).
    */
   std::function<std::size_t()> peak_upstream_bytes{};
   /**
@@ -96,7 +97,7 @@ struct replay_options {
   std::size_t timeline_samples{1000};
   /**
    * @brief Reports the bytes the resource holds from its upstream now (for the timeline's samples; called
-   * outside the timed part). make_replay_resource's handles provide one.
+   * outside the timed part). The registry's handles provide one.
    */
   std::function<std::size_t()> upstream_bytes{};
   /// The most streams the log's stream ids other than 0x0, 0x1 and 0x2 are mapped onto (0 counts as 1).
@@ -154,5 +155,17 @@ struct replay_result {
  */
 [[nodiscard]] GPUMEM_EXPORT replay_result replay(allocation_log const& log, mr::device_memory_resource& resource,
                                                  replay_options const& options = {});
+
+/**
+ * @brief replay(log, resource.get(), options) with the peak upstream bytes (and, unless `options` has its
+ * own, the current upstream bytes for a timeline) taken from the registered resource's handle.
+ * @throws as replay().
+ */
+[[nodiscard]] replay_result replay(allocation_log_reader& log, registry::resource_handle& resource,
+                                   replay_options options = {});
+
+/** @brief As the overload above, for a log held in memory. @throws as replay(). */
+[[nodiscard]] replay_result replay(allocation_log const& log, registry::resource_handle& resource,
+                                   replay_options options = {});
 
 }  // namespace gpumem

@@ -39,8 +39,8 @@ struct size_histogram {
 
 /** @brief One resource's results on the log. */
 struct report_resource {
-  std::string name;             ///< as `gpumem replay --resource` spells it (replay_resource.hpp)
-  std::string description;      ///< one line, e.g. replay_resource_info::description
+  std::string name;             ///< as `gpumem replay --resource` spells it (registry/resource_registry.hpp)
+  std::string description;      ///< one line, e.g. registry::resource_info::description
   replay_result result;         ///< from a replay without a timeline (its ns_per_op is the figure shown)
   replay_timeline timeline;     ///< from a replay with a timeline (plots)
   bool reserves_upfront{false}; ///< its peak upstream is a fixed reservation, not a fragmentation figure
