@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs shared/BENCHMARKS.md's allocation workloads (gpumem_bench_alloc: fixed, random, random_mt) over every
+# Runs docs/benchmarks.md's allocation workloads (gpumem_bench_alloc: fixed, random, random_mt) over every
 # registered resource with the CUDA peers in the same run, and writes JSON, the log and a markdown table.
 # Works on the GPU machine (cuda backend, chosen automatically) and on machines without a GPU (host backend:
 # regression tracking only, never quoted as a result). Needs cmake, ninja, a C++20 compiler, Google

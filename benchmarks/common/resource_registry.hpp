@@ -1,6 +1,6 @@
 /**
  * @file resource_registry.hpp
- * The benchmarks take the resource under test by name (shared/BENCHMARKS.md). This registry maps each name
+ * The benchmarks take the resource under test by name (docs/benchmarks.md). This registry maps each name
  * to a factory that builds the resource and everything below it (its upstream, a byte-counting adaptor)
  * as one owning handle. Adding a resource is one line in resource_registry.cpp.
  *
