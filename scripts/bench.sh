@@ -82,13 +82,11 @@ record() {  # record NAME KIND INPUT COMMAND...: adds INPUT to the bundle
 }
 # gbench NAME EXE [ARGS...]: a Google Benchmark executable, its JSON recorded.
 gbench() {
-  local name=$1 exe=$2; shift 2
-  say "$name: $exe ${gb_flags[*]} $* ${extra[*]}"
-  timeout 3000 "$build/benchmarks/$exe" "${gb_flags[@]}" "$@" "${extra[@]}" \
-    --benchmark_out="$tmp/$name.json" --benchmark_out_format=json 2>&1 | tee -a "$log"
+  local name=$1 args=("$build/benchmarks/$2" "${gb_flags[@]}" "${@:3}" "${extra[@]}")
+  say "$name: ${args[*]}"
+  timeout 3000 "${args[@]}" --benchmark_out="$tmp/$name.json" --benchmark_out_format=json 2>&1 | tee -a "$log"
   local rc=${PIPESTATUS[0]}
-  [[ -s $tmp/$name.json ]] && { record "$name" google_benchmark "$tmp/$name.json" \
-    "$build/benchmarks/$exe ${gb_flags[*]} $* ${extra[*]}" || rc=1; }
+  [[ -s $tmp/$name.json ]] && { record "$name" google_benchmark "$tmp/$name.json" "${args[*]}" || rc=1; }
   ((rc == 0)) || failed+=("$name")
 }
 # cli NAME COMMAND...: a `gpumem` command whose CSV (standard output) is recorded.

@@ -205,7 +205,7 @@ if ((build_ok)) && want vmm; then
   # within one call.
   for divisor in ${GPUMEM_VMM_DIVISORS:-64 48 0}; do
     csv=$(mktemp)
-    args=(replay --csv --repeat 5 --resource pool,vmm --mapping-divisor "$divisor" "${logs[@]}")
+    args=(replay --csv --repeat 5 --resource 'pool,vmm' --mapping-divisor "$divisor" "${logs[@]}")
     if run_step "replay divisor $divisor" vmm.log to_file "$csv" timeout 500 env GPUMEM_BACKEND=cuda \
       "$build/cli/gpumem" "${args[@]}"; then
       python3 scripts/bench_record.py "$out/bench.json" "$csv" --name "vmm_divisor_$divisor" --kind csv \

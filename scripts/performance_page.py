@@ -20,6 +20,7 @@ import os
 import re
 import statistics
 import sys
+import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEMPLATE = os.path.join(HERE, "performance_page.md.in")
@@ -114,7 +115,7 @@ def fmt_ratio(r):
 def fmt_bytes(n):
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size:
-            return f"{n / size:.2f} {unit}"
+            return f"{n // size} {unit}" if n % size == 0 else f"{n / size:.2f} {unit}"
     return f"{n} B"
 
 
@@ -137,12 +138,23 @@ def source(run, note=None):
 
 
 def missing(name):
-    return [f"_Not in this data: the run `{name}` of `bash scripts/gpu_check.sh --bench` "
-            f"(or `bash scripts/bench.sh --only {name.split('_divisor')[0]}`) fills this section._"]
+    return textwrap.wrap(f"_Not in this data: the run `{name}` of `bash scripts/gpu_check.sh --bench` (or "
+                         f"`bash scripts/bench.sh --only {name}`) fills this section._", 110)
 
 
-def failures(b, run):
-    return [f"- FAILED `{n}`: {e}" for n, e in b.errors.items()]
+def google_section(name, note):
+    """Makes body(run, benchmarks) the section of the Google Benchmark run `name`: the run's source lines
+    (its figure: note(benchmarks)), the body's lines, then the benchmarks that failed."""
+    def wrap(body):
+        def section(runs):
+            run = runs.get(name)
+            if not run:
+                return missing(name)
+            b = Benchmarks(run)
+            return (source(run, note(b)) + body(run, b) +
+                    [f"- FAILED `{n}`: {e}" for n, e in b.errors.items()])
+        return section
+    return wrap
 
 
 # ---- sections -----------------------------------------------------------------------------------------------
@@ -222,48 +234,34 @@ def counter_grid(b, counter, render, caption, only=lambda w: True):
     return [caption, ""] + table(["workload"] + [f"`{r}`" for r in resources], rows) + [""]
 
 
-def section_alloc(runs):
-    run = runs.get("alloc")
-    if not run:
-        return missing("alloc")
-    b = Benchmarks(run)
-    out = source(run, f"{b.statistic()}; fixed: ns per allocate+free pair; random, random_mt: ns per operation "
-                      "(wall time over all threads for random_mt)")
+@google_section("alloc", lambda b: f"{b.statistic()}; fixed: ns per allocate+free pair; random, random_mt: ns per "
+                                    "operation (wall time over all threads for random_mt)")
+def section_alloc(run, b):
     peer = "cuda_async_default" if "cuda_async_default" in grid(b)[1] else None
     caption = (f"Median ns (ratio to `{peer}`, below 1 is faster):" if peer else "Median ns:")
-    out += ratio_grid(b, lambda r: peer, ("ns_per_pair", "ns_per_op"), caption)
+    out = ratio_grid(b, lambda r: peer, ("ns_per_pair", "ns_per_op"), caption)
     out += counter_grid(b, "fragmentation", lambda v: f"{v:.2f}",
                         "Fragmentation (peak bytes taken from upstream / peak live bytes):",
                         lambda w: w.startswith("random"))
     out += counter_grid(b, "speedup_vs_1_thread", lambda v: f"{v:.2f}×",
                         "random_mt throughput relative to 1 thread (`random_mt/<resource>/1`):",
                         lambda w: w.startswith("random_mt/") and not w.endswith("/1"))
-    return out + failures(b, run)
+    return out
 
 
-def section_adaptors(runs):
-    run = runs.get("adaptors")
-    if not run:
-        return missing("adaptors")
-    b = Benchmarks(run)
-    out = source(run, f"{b.statistic()}; ns per allocate+free pair for fixed, per operation otherwise")
-
+@google_section("adaptors", lambda b: f"{b.statistic()}; ns per allocate+free pair for fixed, per operation otherwise")
+def section_adaptors(run, b):
     def base(r):
         if r is None:
             return "none"
         return "none_managed" if r == "prefetch" else (None if r.startswith("none") else "none")
-    out += ratio_grid(b, base, ("ns_per_pair", "ns_per_op"),
+    return ratio_grid(b, base, ("ns_per_pair", "ns_per_op"),
                       "Median ns (ratio to the base `none`, the pool alone; `prefetch` to `none_managed`, a pool "
                       "over managed memory):")
-    return out + failures(b, run)
 
 
-def section_plain(runs):
-    run = runs.get("plain")
-    if not run:
-        return missing("plain")
-    b = Benchmarks(run)
-    out = source(run, f"{b.statistic()}; ns per allocate+free pair")
+@google_section("plain", lambda b: f"{b.statistic()}; ns per allocate+free pair")
+def section_plain(run, b):
     rows = []
     for name in b.order:
         if not name.startswith("plain/pool/"):
@@ -273,22 +271,22 @@ def section_plain(runs):
         plain = b.get(f"plain/alloc_free/{size}", "ns_per_pair")
         added = fmt(plain - pool) if pool is not None and plain is not None else "–"
         rows.append([size, fmt(pool), fmt(plain), added])
-    out += table(["size", "pool `allocate` + `deallocate`", "`gpumem::alloc` + `gpumem::free`", "added by the plain API"],
-                 rows) + [""]
+    out = table(["size", "pool `allocate` + `deallocate`", "`gpumem::alloc` + `gpumem::free`",
+                 "added by the plain API"], rows) + [""]
     lookup = b.get("plain/get_current_device_resource", "ns_per_call")
     if lookup is not None:
         out += [f"`mr::get_current_device_resource()` alone: {fmt(lookup)} ns per call.", ""]
-    return out + failures(b, run)
+    return out
 
 
-def section_transfer(runs):
-    run = runs.get("transfer")
-    if not run:
-        return missing("transfer")
-    b = Benchmarks(run)
+def copy_size(run):
     copy_bytes = run.get("context", {}).get("gpumem_copy_bytes")
-    size = fmt_bytes(int(copy_bytes)) if copy_bytes else "?"
-    out = source(run, f"{b.statistic()}; GB/s of copies of {size}")
+    return fmt_bytes(int(copy_bytes)) if copy_bytes else "?"
+
+
+@google_section("transfer", lambda b: f"{b.statistic()}; GB/s")
+def section_transfer(run, b):
+    size = copy_size(run)
     rows = []
     labels = {"h2d_pinned": "host→device, pinned", "d2h_pinned": "device→host, pinned",
               "h2d_pageable": "host→device, pageable", "d2h_pageable": "device→host, pageable"}
@@ -303,21 +301,22 @@ def section_transfer(runs):
             q = unified / cuda
             quotient = f"{q * 100:.1f} %" if q < 2 else f"{q:.1f}×"
         rows.append([label, fmt(cuda), fmt(gpumem), fmt(unified), quotient])
-    out += table(["copy", "`cudaMemcpyAsync`", "`copy_to_device` / `copy_to_host`", "`unified_buffer` sync",
-                  "unified / CUDA"], rows) + [""]
+    out = table([f"copy of {size}", "`cudaMemcpyAsync`", "`copy_to_device` / `copy_to_host`",
+                 "`unified_buffer` sync", "unified / CUDA"], rows) + [""]
     zeros = [n for n in b.order if n.startswith("zeros/")]
     memset = next((b.get(n, "GB/s") for n in zeros if n.endswith("/cudaMemsetAsync")), None)
-    zrows = []
-    names = {"unified_buffer": "`unified_buffer::zeros`", "gpumem_pool": "`gpumem::zeros` + `free`, pool as current resource",
+    names = {"unified_buffer": "`unified_buffer::zeros`",
+             "gpumem_pool": "`gpumem::zeros` + `free`, pool as current resource",
              "cudaMemsetAsync": "`cudaMemsetAsync` on a device buffer",
              "gpumem": "`gpumem::zeros` + `free` over the default resource"}
+    zrows = []
     for n in zeros:
         v = b.get(n, "GB/s")
         how = n.split("/")[-1]
         zrows.append([names.get(how, f"`{how}`"), fmt(v),
                       f"{v / memset * 100:.1f} %" if v is not None and memset else "–"])
     if zrows:
-        out += table(["zeros of " + size, "GB/s", "vs `cudaMemsetAsync`"], zrows) + [""]
+        out += table([f"zeros of {size}", "GB/s", "vs `cudaMemsetAsync`"], zrows) + [""]
     sweep = {}
     for n in b.order:
         m = re.match(r"transfer/(h2d|d2h)_pageable/gpumem/threads:(\d+)/chunk:(\d+)MiB$", n)
@@ -327,31 +326,31 @@ def section_transfer(runs):
         chunks = sorted({c for row in sweep.values() for c in row})
         out += ["Staged copies from and to pageable memory by threads and chunk size (GB/s):", ""]
         out += table(["direction, threads"] + [f"{c} MiB" for c in chunks],
-                     [[f"{d}, {t}"] + [fmt(sweep[(d, t)].get(c)) for c in chunks] for (d, t) in sorted(sweep)]) + [""]
-    return out + failures(b, run)
+                     [[f"{d}, {t}"] + [fmt(sweep[(d, t)].get(c)) for c in chunks] for (d, t) in sorted(sweep)])
+        out += [""]
+    return out
 
 
-def section_vmm_driver(runs):
-    run = runs.get("vmm")
-    if not run:
-        return missing("vmm")
-    b = Benchmarks(run)
+@google_section("vmm", lambda b: f"{b.statistic()}; µs per call")
+def section_vmm_driver(run, b):
     provider = run.get("context", {}).get("gpumem_vmm_provider", "the backend's provider")
-    out = source(run, f"{b.statistic()}; µs per call ({provider})")
     rows = []
     for n in b.order:
         if n.startswith("vmm/piece/"):
             rows.append([n.split("/")[-1]] + [fmt(b.get(n, c)) for c in
                                                ("create_us", "map_us", "unmap_us", "release_us", "us_per_piece")])
+    out = [f"Provider: {provider}.", ""]
     out += table(["piece", "create", "map (with access)", "unmap", "release", "all four"], rows) + [""]
     grows = [n for n in b.order if n.startswith("vmm/grow/")]
     if grows:
-        out += ["A growth of 64 slabs of 32 MiB (create + map), split over host threads:", ""]
+        slabs, slab_bytes = b.get(grows[0], "slabs"), b.get(grows[0], "slab_bytes")
+        what = f"{slabs:.0f} slabs of {fmt_bytes(int(slab_bytes))}" if slabs and slab_bytes else "slabs"
+        out += [f"A growth of {what} (create + map), split over host threads:", ""]
         out += table(["threads", "µs per slab", "speedup vs 1 thread"],
                      [[n.split("/")[-1], fmt(b.get(n, "us_per_slab")),
                        fmt_ratio(b.get(n, "speedup_vs_1_thread")) if b.get(n, "speedup_vs_1_thread") else "–"]
                       for n in grows]) + [""]
-    return out + failures(b, run)
+    return out
 
 
 def rows_by(run, key):
@@ -433,7 +432,7 @@ def section_replay(runs):
 def section_vmm_divisors(runs):
     names = sorted((n for n in runs if n.startswith("vmm_divisor_")), key=lambda n: int(n.rsplit("_", 1)[1]), reverse=True)
     if not names:
-        return [f"_Not in this data: `bash scripts/gpu_check.sh --vmm` fills this section._"]
+        return ["_Not in this data: `bash scripts/gpu_check.sh --vmm` fills this section._"]
     logs = []
     for n in names:
         for r in runs[n]["rows"]:
@@ -477,7 +476,7 @@ def section_python(runs):
             cells.append("skipped" if r.get("skipped") else
                          f"{fmt(r.get('median_ns'))} (min {fmt(r.get('min_ns'))})" if r else "–")
         rows.append([f"`{name}`"] + cells)
-    out += table(["workload"] + [fmt_bytes(s).replace(".00", "") for s in sizes], rows) + [""]
+    out += table(["workload"] + [fmt_bytes(s) for s in sizes], rows) + [""]
     return out
 
 
@@ -571,10 +570,10 @@ def section_machines(runs):
     for (device, backend), names in machines.items():
         out.append(f"- {device} (gpumem backend: {backend}): " + ", ".join(f"`{n}`" for n in names))
     if any(backend != "cuda" for _, backend in machines):
-        out += ["", "**Host backend figures are not GPU figures:** there \"device\" memory is host memory and the "
-                "streams and pools are emulated. They compare versions of gpumem on one machine, for regression "
-                "tracking only, and the `cuda` and `cuda_async_default` columns are the host backend's "
-                "emulations, not CUDA."]
+        out += [""] + textwrap.wrap(
+            "**Host backend figures are not GPU figures:** there \"device\" memory is host memory and the streams "
+            "and pools are emulated. They compare versions of gpumem on one machine, for regression tracking only, "
+            "and the `cuda` and `cuda_async_default` columns are the host backend's emulations, not CUDA.", 110)
     return out + [""]
 
 
@@ -612,9 +611,14 @@ def render(runs, template_text):
         if m.group(1) not in SECTIONS:
             raise ValueError(f"template: unknown section {{{{{m.group(1)}}}}} (known: {', '.join(SECTIONS)})")
         out += SECTIONS[m.group(1)](runs)
-    while out and out[-1] == "":
-        out.pop()
-    return "\n".join(out) + "\n"
+    page = []
+    for line in out:  # one blank line between blocks, none at the end
+        if line == "" and (not page or page[-1] == ""):
+            continue
+        page.append(line)
+    while page and page[-1] == "":
+        page.pop()
+    return "\n".join(page) + "\n"
 
 
 def main(argv=None):

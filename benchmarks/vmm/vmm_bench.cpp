@@ -7,7 +7,7 @@
 //                        and each call's mean: create_us, map_us, unmap_us, release_us
 //   vmm/grow/<T>         64 slabs of 32 MiB created and mapped from T host threads (1, 2, 4, 8), each thread
 //                        its share, then unmapped and released (untimed); figure: us_per_slab (wall time of
-//                        the create + map phase / 64), and speedup_vs_1_thread
+//                        the create + map phase / 64), speedup_vs_1_thread, slabs and slab_bytes
 //
 // One reservation of address space serves the whole run. Before timing, each benchmark maps one piece and
 // checks that the provider counts it (its device's free memory falls by at least the piece) and gives it
@@ -182,6 +182,8 @@ void bm_grow(benchmark::State& state, std::string const& id, int threads)
     }
     double const us_per_slab = total_us / static_cast<double>(state.iterations()) / slabs;
     state.counters["us_per_slab"] = us_per_slab;
+    state.counters["slabs"] = slabs;
+    state.counters["slab_bytes"] = static_cast<double>(slab);
     if (threads == 1) { grow_figures()[1] = us_per_slab; }
     if (auto const it = grow_figures().find(1); it != grow_figures().end()) {
       state.counters["speedup_vs_1_thread"] = it->second / us_per_slab;
