@@ -16,8 +16,8 @@
 #include "../common/bench_support.hpp"
 
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/backend/virtual_memory_provider.hpp>
 #include <gpumem/device.hpp>
-#include <gpumem/mr/virtual_memory_provider.hpp>
 
 #include <benchmark/benchmark.h>
 
