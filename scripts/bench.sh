@@ -5,11 +5,12 @@
 # (host backend: regression tracking only, never quoted as a result). Needs cmake, ninja, a C++20 compiler,
 # Google Benchmark and python3 (standard library only). No network.
 #
-#   bash scripts/bench.sh [--out DIR] [--build DIR] [--quick] [--only LIST] [-- ARGS...]
+#   bash scripts/bench.sh [--out DIR] [--build DIR] [--no-build] [--quick] [--only LIST] [-- ARGS...]
 #
 #   --out DIR     where bench.json and bench.log go (default: $OUT, else build/bench)
 #   --build DIR   the build tree (default build/bench-release: configured here, Release, benchmarks and CLI
 #                 on); a tree that exists is reused as it is configured (gpu_check.sh passes build/gpu)
+#   --no-build    run what the tree has, as it is (no configure, no build)
 #   --quick       3 repetitions and 0.05 s per benchmark, 3 replays per log (sized for a GPU session);
 #                 the default is 5 repetitions and 5 replays, medians
 #   --only LIST   comma-separated runs, from alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python
@@ -28,6 +29,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 out=${OUT:-build/bench}
 build=build/bench-release
 quick=0
+no_build=0
 only=alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python
 extra=()
 while (($#)); do
@@ -35,6 +37,7 @@ while (($#)); do
     --out) shift; out=${1:?--out needs a folder} ;;
     --build) shift; build=${1:?--build needs a folder} ;;
     --quick) quick=1 ;;
+    --no-build) no_build=1 ;;
     --only) shift; only=${1:?--only needs a list} ;;
     --) shift; extra=("$@"); break ;;
     -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -102,15 +105,19 @@ cli() {
 
 start=$SECONDS
 : >"$log"
-say "build ($build, $jobs jobs)"
-if [[ ! -f $build/CMakeCache.txt ]]; then
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPUMEM_BUILD_BENCHMARKS=ON -DGPUMEM_BUILD_CLI=ON \
-    -DGPUMEM_BUILD_TESTS=OFF -DGPUMEM_WARNINGS_AS_ERRORS=OFF 2>&1 | tee -a "$log" | tail -3 ||
-    { echo "bench.sh: configure failed ($log)" >&2; exit 1; }
+if ((no_build)); then
+  say "build: none asked for (--no-build): $build as it is"
+else
+  say "build ($build, $jobs jobs)"
+  if [[ ! -f $build/CMakeCache.txt ]]; then
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPUMEM_BUILD_BENCHMARKS=ON -DGPUMEM_BUILD_CLI=ON \
+      -DGPUMEM_BUILD_TESTS=OFF -DGPUMEM_WARNINGS_AS_ERRORS=OFF 2>&1 | tee -a "$log" | tail -3 ||
+      { echo "bench.sh: configure failed ($log)" >&2; exit 1; }
+  fi
+  targets=(gpumem_bench_alloc gpumem_bench_adaptors gpumem_bench_transfer gpumem_bench_plain gpumem_bench_vmm gpumem_cli)
+  timeout 1200 cmake --build "$build" --parallel "$jobs" --target "${targets[@]}" 2>&1 | tee -a "$log" | tail -2
+  ((PIPESTATUS[0] == 0)) || { echo "bench.sh: build failed ($log)" >&2; exit 1; }
 fi
-targets=(gpumem_bench_alloc gpumem_bench_adaptors gpumem_bench_transfer gpumem_bench_plain gpumem_bench_vmm gpumem_cli)
-timeout 1200 cmake --build "$build" --parallel "$jobs" --target "${targets[@]}" 2>&1 | tee -a "$log" | tail -2
-((PIPESTATUS[0] == 0)) || { echo "bench.sh: build failed ($log)" >&2; exit 1; }
 
 say "environment"
 {

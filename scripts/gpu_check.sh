@@ -26,6 +26,9 @@
 #                 growth in one replay (debug log)
 #   --all         every flag above
 #   --quick       with --bench: 3 repetitions instead of 5 (sized for one call of a GPU session)
+#   --only LIST   with --bench: only these runs of scripts/bench.sh (alloc,adaptors,transfer,plain,vmm,
+#                 cli_bench,replay,python), so that the benchmarks can be split over calls; performance_page.py
+#                 merges the bench.json files of several calls
 #   --out DIR     where the logs, bench.json and summary.txt go (default: $OUT, else /tmp/gpumem-out); at most
 #                 8 files, flat names
 #   --build DIR   the build tree (default build/gpu); a call that finds it built only updates it, so the flags
@@ -42,12 +45,14 @@ out=${OUT:-/tmp/gpumem-out}
 build=build/gpu
 groups=()
 quick=0
+bench_only=""
 cmake_args=()
 while (($#)); do
   case $1 in
     --tests | --memcheck | --frameworks | --demo | --bench | --vmm) groups+=("${1#--}") ;;
     --all) groups+=(tests memcheck frameworks demo bench vmm) ;;
     --quick) quick=1 ;;
+    --only) shift; bench_only=${1:?--only needs a list} ;;
     --out) shift; out=${1:?--out needs a folder} ;;
     --build) shift; build=${1:?--build needs a folder} ;;
     --) shift; cmake_args=("$@"); break ;;
@@ -179,8 +184,9 @@ if ((build_ok)) && want demo; then
 fi
 
 if ((build_ok)) && want bench; then
-  bench_args=(--build "$build" --out "$out")
+  bench_args=(--no-build --build "$build" --out "$out")
   ((quick)) && bench_args+=(--quick)
+  [[ -n $bench_only ]] && bench_args+=(--only "$bench_only")
   # bench.sh writes bench.log itself; its own output is not logged twice.
   start=$SECONDS
   printf '\n==== bench: bash scripts/bench.sh %s\n' "${bench_args[*]}"

@@ -426,6 +426,10 @@ def section_replay(runs):
             row.append(f"**{v / p:.2f}×**" if v and p else "–")
         rows.append(row)
     out += table(header, rows) + [""]
+    refused = [f"{log_label(r['log'])} on `{r['resource']}` {r['failures']}" for r in run["rows"] if r.get("failures")]
+    if refused:
+        out += textwrap.wrap("Allocations refused (out of memory), by log and resource: " +
+                             ", ".join(refused) + ".", 110) + [""]
     return out + csv_failures(run)
 
 
