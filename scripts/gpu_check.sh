@@ -14,8 +14,8 @@
 #                 out: under the sanitizer their child runs the whole suite again), and memcheck (no leak
 #                 check) of the Python suite without the framework tests
 #   --frameworks  CuPy, PyTorch and Numba end to end: the framework tests of the Python suite
-#                 (test_allocators.py, test_foreign_streams.py, test_torch_snapshot.py); fails when one of the
-#                 three is missing, instead of skipping
+#                 (test_allocators.py, test_foreign_streams.py); fails when one of the three is missing,
+#                 instead of skipping
 #   --demo        `gpumem info`, `gpumem demo`, and the full-size spill demo (12 GiB of unified buffers under an
 #                 8 GiB budget, pinned then pageable host copies)
 #   --bench       every benchmark, through scripts/bench.sh on this build: bench.json (the input of
@@ -32,7 +32,8 @@
 #   --out DIR     where the logs, bench.json and summary.txt go (default: $OUT, else /tmp/gpumem-out); at most
 #                 8 files, flat names
 #   --build DIR   the build tree (default build/gpu); a call that finds it built only updates it, so the flags
-#                 can be split over several calls on one machine
+#                 can be split over several calls on one machine where one command's time is limited (e.g.
+#                 --tests --memcheck, then --frameworks --demo, then --bench --quick, then --vmm)
 #
 # Every step has a time limit, so that a hang cannot spend the session. A summary table ends the output (and
 # summary.txt); the exit status is non-zero when any step failed or a tool is missing. The host-backend
@@ -68,8 +69,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 jobs=$(nproc 2>/dev/null || echo 4)
 unset GPUMEM_BACKEND   # auto: cuda when a device is present
-framework_tests=(python/tests/test_allocators.py python/tests/test_foreign_streams.py
-                 python/tests/test_torch_snapshot.py)
+framework_tests=(python/tests/test_allocators.py python/tests/test_foreign_streams.py)
 ignore_frameworks=()
 for f in "${framework_tests[@]}"; do ignore_frameworks+=("--ignore=$f"); done
 
