@@ -353,6 +353,11 @@ def section_vmm_driver(run, b):
     return out
 
 
+def distinct(rows, key):
+    """The values of `key` in `rows`, each once, in order of appearance."""
+    return list(dict.fromkeys(r[key] for r in rows))
+
+
 def rows_by(run, key):
     out = {}
     for row in run["rows"]:
@@ -378,10 +383,7 @@ def section_cli_bench(runs):
     if not run:
         return missing("cli_bench")
     out = source(run, "median ns per operation of the timed passes (a `fixed` pair counts as two operations)")
-    resources = []
-    for r in run["rows"]:
-        if r["resource"] not in resources:
-            resources.append(r["resource"])
+    resources = distinct(run["rows"], "resource")
     rows = []
     for workload, rs in rows_by(run, "workload").items():
         by = {r["resource"]: r for r in rs}
@@ -402,10 +404,7 @@ def section_replay(runs):
     reps = run["rows"][0].get("runs", 1)
     out = source(run, f"ns/op: median of {reps} replays per resource, the resources taking turns; ratio: peak "
                       "bytes taken from the device / peak live bytes")
-    resources = []
-    for r in run["rows"]:
-        if r["resource"] not in resources:
-            resources.append(r["resource"])
+    resources = distinct(run["rows"], "resource")
     header = ["log", "peak live"]
     for x in resources:
         header += [f"`{x}` ratio", f"`{x}` ns/op"]
@@ -467,10 +466,7 @@ def section_python(runs):
         return missing("python")
     ctx = run.get("context", {})
     out = source(run, f"median and minimum ns per pair (Python {ctx.get('python', '?')})")
-    sizes = []
-    for r in run["rows"]:
-        if r["size"] not in sizes:
-            sizes.append(r["size"])
+    sizes = distinct(run["rows"], "size")
     rows = []
     for name, rs in rows_by(run, "name").items():
         by = {r["size"]: r for r in rs}
