@@ -129,7 +129,8 @@ def table(header, rows, right_from=1):
 def source(run, note=None):
     ctx = run.get("context", {})
     lines = [f"- command: `{run['command']}`",
-             f"- device: {ctx.get('gpumem_device', 'unknown')} (gpumem backend: {ctx.get('gpumem_backend', 'unknown')}); "
+             f"- device: {ctx.get('gpumem_device', 'unknown')} "
+             f"(gpumem backend: {ctx.get('gpumem_backend', 'unknown')}); "
              f"host: {ctx.get('host_name', 'unknown')}, {ctx.get('num_cpus', '?')} CPUs; "
              f"date: {ctx.get('date', 'unknown')}; commit: {ctx.get('gpumem_commit', 'unknown')}"]
     if note:
@@ -387,8 +388,8 @@ def section_cli_bench(runs):
     rows = []
     for workload, rs in rows_by(run, "workload").items():
         by = {r["resource"]: r for r in rs}
-        rows.append([f"`{workload}`"] + ["failed" if by.get(x, {}).get("failure") else fmt(by.get(x, {}).get("ns_per_op_median"))
-                                           for x in resources])
+        cells = [by.get(x, {}) for x in resources]
+        rows.append([f"`{workload}`"] + ["failed" if c.get("failure") else fmt(c.get("ns_per_op_median")) for c in cells])
     out += table(["workload"] + [f"`{x}`" for x in resources], rows) + [""]
     frag = [r for r in run["rows"] if r["workload"] == "random" and r.get("fragmentation")]
     if frag:
@@ -433,7 +434,8 @@ def section_replay(runs):
 
 
 def section_vmm_divisors(runs):
-    names = sorted((n for n in runs if n.startswith("vmm_divisor_")), key=lambda n: int(n.rsplit("_", 1)[1]), reverse=True)
+    names = sorted((n for n in runs if n.startswith("vmm_divisor_")), key=lambda n: int(n.rsplit("_", 1)[1]),
+                   reverse=True)
     if not names:
         return ["_Not in this data: `bash scripts/gpu_check.sh --vmm` fills this section._"]
     logs = []
