@@ -4,9 +4,10 @@
     python3 scripts/tests/test_performance_page.py
 
 data/bench.json is a real bundle, recorded on the host backend by `bash scripts/bench.sh --quick` (and the
-transfer benchmark's --smoke run), trimmed to a few benchmarks per run. The tests check that the page has
-every section and table, that its figures are the JSON's (a changed figure changes the page), and that
-failures and missing runs show. Exit status 0 when every test passes.
+transfer benchmark's --smoke run), trimmed to a few benchmarks per run, their median aggregates and the
+fields the page reads. The tests check that the page has every section and table, that its figures are the
+JSON's (a changed figure changes the page), and that failures and missing runs show. Exit status 0 when
+every test passes.
 """
 
 import copy
