@@ -42,7 +42,7 @@ int run_replay(std::span<std::string_view const> args, std::ostream& out);
 /// self-contained HTML page with plots (report/html_report.hpp).
 int run_report(std::span<std::string_view const> args, std::ostream& out);
 
-/// `gpumem bench [--workload LIST] [--resource LIST] [--repeat N] [--quick] [--csv]`: shared/BENCHMARKS.md's
+/// `gpumem bench [--workload LIST] [--resource LIST] [--repeat N] [--quick] [--csv]`: docs/benchmarks.md's
 /// allocation workloads (bench/workload.hpp) on resources by name; a table, or CSV.
 int run_bench(std::span<std::string_view const> args, std::ostream& out);
 

@@ -1,115 +1,170 @@
 #!/usr/bin/env bash
-# Runs shared/BENCHMARKS.md's allocation workloads (gpumem_bench_alloc: fixed, random, random_mt) over every
-# registered resource with the CUDA peers in the same run, and writes JSON, the log and a markdown table.
-# Works on the GPU machine (cuda backend, chosen automatically) and on machines without a GPU (host backend:
-# regression tracking only, never quoted as a result). Needs cmake, ninja, a C++20 compiler, Google
-# Benchmark and python3 (standard library only). No network.
+# Runs every benchmark of docs/benchmarks.md and records the results in one file, DIR/bench.json, from which
+# `python3 scripts/performance_page.py DIR` writes docs/PERFORMANCE.md. Works on a GPU machine (cuda backend,
+# chosen automatically; `bash scripts/gpu_check.sh --bench` runs this on its own build) and without a GPU
+# (host backend: regression tracking only, never quoted as a result). Needs cmake, ninja, a C++20 compiler,
+# Google Benchmark and python3 (standard library only). No network.
 #
-#   bash scripts/bench.sh                  # full: 5 repetitions, medians (GPU: several minutes)
-#   bash scripts/bench.sh --quick          # GPU session budget: 3 repetitions, 0.05 s minimum per benchmark
-#   bash scripts/bench.sh -- --resource=cuda_async_default,pool --benchmark_filter='^fixed/'
-#                                          # anything after -- goes to the benchmark executable
-#   bash scripts/bench.sh --suite adaptors # the adaptor overheads (gpumem_bench_adaptors) instead: each
-#                                          # adaptor around a pool, its base `none` first in the same run
-#   bash scripts/bench.sh --suite transfer # host<->device copies of 1 GiB (gpumem_bench_transfer):
-#                                          # cudaMemcpyAsync rows against gpumem's staged copies
+#   bash scripts/bench.sh [--out DIR] [--build DIR] [--no-build] [--quick] [--only LIST] [-- ARGS...]
 #
-# Environment: OUT (default build/bench): where the results go; GPUMEM_BENCH_BUILD (default
-# build/bench-release): the build tree; GPUMEM_JOBS: build parallelism (default: every core);
-# GPUMEM_BACKEND=host|cuda to force a backend; GPUMEM_BENCH_RESOURCES: as --resource.
+#   --out DIR     where bench.json and bench.log go (default: $OUT, else build/bench)
+#   --build DIR   the build tree (default build/bench-release: configured here, Release, benchmarks and CLI
+#                 on); a tree that exists is reused as it is configured (gpu_check.sh passes build/gpu)
+#   --no-build    run what the tree has, as it is (no configure, no build)
+#   --quick       3 repetitions and 0.05 s per benchmark, 3 replays per log (sized for a GPU session);
+#                 the default is 5 repetitions and 5 replays, medians
+#   --only LIST   comma-separated runs, from alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python
+#                 (default: all; python needs a tree built with GPUMEM_BUILD_PYTHON=ON, else it is skipped)
+#   -- ARGS       passed to every Google Benchmark executable (e.g. --benchmark_filter=^fixed)
 #
-# Steps: configure + build (Release, benchmarks on, tests/CLI off); environment record; a --smoke run on the
-# chosen backend (verifies every resource quickly: a failure stops here); the full run; the table.
-# Output in $OUT: env.txt, smoke.log, SUITE.log, SUITE.json (Google Benchmark JSON), SUITE.md (table), with
-# SUITE alloc, adaptors or transfer.
-# Exits non-zero if any step or any benchmark failed.
-set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# Environment: GPUMEM_BACKEND=host|cuda forces a backend; GPUMEM_BENCH_LOGS: the logs `gpumem replay` replays
+# (default: the four PyTorch logs and the Thrust pipeline's log in data/logs); GPUMEM_JOBS: build parallelism.
+#
+# Each run's output is checked and added to bench.json by scripts/bench_record.py, with the command that
+# produced it. The allocation benchmark first runs --smoke over every resource, so that a broken resource
+# stops the run in seconds. Exits non-zero when any run failed; the others are still recorded.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 
+out=${OUT:-build/bench}
+build=build/bench-release
 quick=0
-suite=alloc
+no_build=0
+only=alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python
 extra=()
 while (($#)); do
   case $1 in
+    --out) shift; out=${1:?--out needs a folder} ;;
+    --build) shift; build=${1:?--build needs a folder} ;;
     --quick) quick=1 ;;
-    --suite) shift; suite=${1:-} ;;
+    --no-build) no_build=1 ;;
+    --only) shift; only=${1:?--only needs a list} ;;
     --) shift; extra=("$@"); break ;;
-    -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
+for run in ${only//,/ }; do
+  case $run in
+    alloc | adaptors | transfer | plain | vmm | cli_bench | replay | python) ;;
+    *) echo "bench.sh: unknown run '$run' in --only (known: alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python)" >&2
+       exit 2 ;;
+  esac
+done
+wants() { [[ ,$only, == *",$1,"* ]]; }
 
-case $suite in
-  alloc) peer=cuda_async_default ;;
-  adaptors) peer=none ;;
-  transfer) peer=cudaMemcpyAsync ;;
-  *) echo "bench.sh: --suite must be alloc, adaptors or transfer, not '$suite'" >&2; exit 2 ;;
-esac
-out=${OUT:-build/bench}
-build=${GPUMEM_BENCH_BUILD:-build/bench-release}
-jobs=${GPUMEM_JOBS:-$(nproc 2>/dev/null || echo 2)}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-start=$SECONDS
+bundle=$out/bench.json
+log=$out/bench.log
+jobs=${GPUMEM_JOBS:-$(nproc 2>/dev/null || echo 2)}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=()
 
 if ((quick)); then
-  run_flags=(--benchmark_repetitions=3 --benchmark_report_aggregates_only=true --min-time=0.05)
+  gb_flags=(--benchmark_repetitions=3 --benchmark_report_aggregates_only=true --min-time=0.05)
+  repeat=3
 else
-  run_flags=(--benchmark_repetitions=5 --benchmark_report_aggregates_only=true)
+  gb_flags=(--benchmark_repetitions=5 --benchmark_report_aggregates_only=true)
+  repeat=5
+fi
+if [[ -n ${GPUMEM_BENCH_LOGS:-} ]]; then
+  read -r -a logs <<<"$GPUMEM_BENCH_LOGS"
+else
+  logs=(data/logs/pytorch_resnet50_train.csv.gz data/logs/pytorch_gpt_train.csv.gz
+        data/logs/pytorch_unet_train.csv.gz data/logs/pytorch_llm_generate.csv.gz data/logs/thrust_pipeline.csv.gz)
 fi
 
-step() { printf '\n==== %s\n' "$*"; }
+say() { printf '\n==== %s\n' "$*" | tee -a "$log"; }
+record() {  # record NAME KIND INPUT COMMAND...: adds INPUT to the bundle
+  local name=$1 kind=$2 input=$3; shift 3
+  python3 scripts/bench_record.py "$bundle" "$input" --name "$name" --kind "$kind" --command "$*" 2>&1 | tee -a "$log"
+  return "${PIPESTATUS[0]}"
+}
+# gbench NAME EXE [ARGS...]: a Google Benchmark executable, its JSON recorded.
+gbench() {
+  local name=$1 args=("$build/benchmarks/$2" "${gb_flags[@]}" "${@:3}" "${extra[@]}")
+  say "$name: ${args[*]}"
+  timeout 3000 "${args[@]}" --benchmark_out="$tmp/$name.json" --benchmark_out_format=json 2>&1 | tee -a "$log"
+  local rc=${PIPESTATUS[0]}
+  [[ -s $tmp/$name.json ]] && { record "$name" google_benchmark "$tmp/$name.json" "${args[*]}" || rc=1; }
+  ((rc == 0)) || failed+=("$name")
+}
+# cli NAME COMMAND...: a `gpumem` command whose CSV (standard output) is recorded.
+cli() {
+  local name=$1; shift
+  say "$name: gpumem $*"
+  timeout 3000 "$build/cli/gpumem" "$@" >"$tmp/$name.csv" 2> >(tee -a "$log" >&2)
+  local rc=$?
+  cat "$tmp/$name.csv" >>"$log"
+  [[ -s $tmp/$name.csv ]] && { record "$name" csv "$tmp/$name.csv" "gpumem $*" || rc=1; }
+  ((rc == 0)) || failed+=("$name")
+}
 
-step "configure + build ($build, $jobs jobs)"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPUMEM_BUILD_BENCHMARKS=ON \
-  -DGPUMEM_BUILD_TESTS=OFF -DGPUMEM_BUILD_CLI=OFF -DGPUMEM_WARNINGS_AS_ERRORS=OFF >/dev/null
-timeout 600 cmake --build "$build" --parallel "$jobs" --target "gpumem_bench_$suite"
-bin=$build/benchmarks/gpumem_bench_$suite
+start=$SECONDS
+: >"$log"
+if ((no_build)); then
+  say "build: none asked for (--no-build): $build as it is"
+else
+  say "build ($build, $jobs jobs)"
+  if [[ ! -f $build/CMakeCache.txt ]]; then
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPUMEM_BUILD_BENCHMARKS=ON -DGPUMEM_BUILD_CLI=ON \
+      -DGPUMEM_BUILD_TESTS=OFF -DGPUMEM_WARNINGS_AS_ERRORS=OFF 2>&1 | tee -a "$log" | tail -3 ||
+      { echo "bench.sh: configure failed ($log)" >&2; exit 1; }
+  fi
+  targets=(gpumem_bench_alloc gpumem_bench_adaptors gpumem_bench_transfer gpumem_bench_plain gpumem_bench_vmm gpumem_cli)
+  timeout 1200 cmake --build "$build" --parallel "$jobs" --target "${targets[@]}" 2>&1 | tee -a "$log" | tail -2
+  ((PIPESTATUS[0] == 0)) || { echo "bench.sh: build failed ($log)" >&2; exit 1; }
+fi
 
-step "environment"
+say "environment"
 {
   echo "date: $(date -u +%FT%TZ)  host: $(uname -srm)  cores: $(nproc 2>/dev/null || echo ?)"
   [[ -r /etc/os-release ]] && grep PRETTY_NAME /etc/os-release
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
-  c++ --version | head -1
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "GPUMEM_BACKEND=${GPUMEM_BACKEND:-<auto>}"
   if command -v nvidia-smi >/dev/null; then
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader || true
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
   else
     echo "nvidia-smi: not found (host backend figures are not GPU figures)"
   fi
-  case $suite in
-    alloc) "$bin" --list ;;
-    adaptors) "$bin" --list-adaptors ;;
-    transfer) "$bin" --benchmark_list_tests ;;
-  esac
-} 2>&1 | tee "$out/env.txt"
+} 2>&1 | tee -a "$log"
 
-step "smoke run (every allocation verified)"
-if [[ $suite == alloc ]]; then
-  smoke_flags=(--resource="${GPUMEM_BENCH_RESOURCES:-$("$bin" --list | cut -d' ' -f1 | paste -sd, -)}")
-else
-  smoke_flags=()
+if wants alloc; then
+  say "alloc smoke run (every resource, every allocation verified)"
+  resources=$("$build/benchmarks/gpumem_bench_alloc" --list | cut -d' ' -f1 | paste -sd, -)
+  if timeout 300 "$build/benchmarks/gpumem_bench_alloc" --smoke --resource="$resources" >>"$log" 2>&1; then
+    gbench alloc gpumem_bench_alloc
+  else
+    echo "smoke run failed: the allocation benchmark is not run ($log)" | tee -a "$log"
+    failed+=(alloc)
+  fi
 fi
-# A smoke run fixes its iteration counts, which Google Benchmark refuses to combine with a minimum time.
-for arg in "${extra[@]}"; do [[ $arg == --min-time* ]] || smoke_flags+=("$arg"); done
-timeout 300 "$bin" --smoke "${smoke_flags[@]}" >"$out/smoke.log" 2>&1 ||
-  { cat "$out/smoke.log"; echo "bench.sh: smoke run failed" >&2; exit 1; }
-echo "passed"
+wants adaptors && gbench adaptors gpumem_bench_adaptors
+wants transfer && gbench transfer gpumem_bench_transfer
+wants plain && gbench plain gpumem_bench_plain
+wants vmm && gbench vmm gpumem_bench_vmm
+if wants cli_bench; then
+  if ((quick)); then cli cli_bench bench --quick --repeat "$repeat" --csv; else cli cli_bench bench --repeat "$repeat" --csv; fi
+fi
+wants replay && cli replay replay --csv --repeat "$repeat" --resource pool,vmm,cuda_async "${logs[@]}"
+if wants python; then
+  python=$(sed -n 's/^Python3_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
+  if [[ -d $build/python/gpumem && -n $python ]]; then
+    say "python: benchmarks/python/bench_python_alloc.py"
+    if timeout 900 env PYTHONPATH="$build/python" "$python" benchmarks/python/bench_python_alloc.py \
+      --json "$tmp/python.json" 2>&1 | tee -a "$log" && record python python_bench "$tmp/python.json" \
+      "PYTHONPATH=$build/python python3 benchmarks/python/bench_python_alloc.py"; then :; else failed+=(python); fi
+  else
+    say "python: skipped ($build has no Python module: configure it with -DGPUMEM_BUILD_PYTHON=ON)"
+  fi
+fi
 
-step "benchmarks: ${run_flags[*]} ${extra[*]}"
-command_line="bash scripts/bench.sh"
-[[ $suite != alloc ]] && command_line+=" --suite $suite"
-((quick)) && command_line+=" --quick"
-((${#extra[@]})) && command_line+=" -- ${extra[*]}"
-status=0
-timeout 3600 "$bin" "${run_flags[@]}" --benchmark_out="$out/$suite.json" --benchmark_out_format=json \
-  "${extra[@]}" 2>&1 | tee "$out/$suite.log" || status=$?
-
-step "table ($out/$suite.md)"
-python3 scripts/bench_table.py "$out/$suite.json" --command "$command_line" --peer "$peer" | tee "$out/$suite.md" ||
-  status=1
-
-step "done in $((SECONDS - start)) s: $out (status $status)"
-exit "$status"
+say "done in $((SECONDS - start)) s: $bundle"
+if ((${#failed[@]})); then
+  echo "FAILED: ${failed[*]} (see $log)" | tee -a "$log"
+  exit 1
+fi
+echo "every run recorded; the page: python3 scripts/performance_page.py $out" | tee -a "$log"

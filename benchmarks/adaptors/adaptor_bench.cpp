@@ -1,9 +1,9 @@
 // gpumem_bench_adaptors: the overhead of each resource adaptor (adaptor_registry.hpp), each wrapped directly
 // around the same base resource as its baseline and measured in the same process and run, on
-// shared/BENCHMARKS.md's workloads:
+// docs/benchmarks.md's workloads:
 //
 //   fixed/<adaptor>/<size>       allocate then free one block, in a loop (256B, 64KiB); figure: ns_per_pair
-//   random/<adaptor>             BENCHMARKS.md's `random` (200 000 steps, seed 42); figure: ns_per_op
+//   random/<adaptor>             docs/benchmarks.md's `random` (200 000 steps, seed 42); figure: ns_per_op
 //   random_mt/<adaptor>/4        `random` split over 4 threads, each on its own stream from a
 //                                cuda_stream_pool; figure: wall ns_per_op over all threads (this is where an
 //                                adaptor's mutex shows: logging, statistics, tracking, thread_safe, aligned)

@@ -1,4 +1,4 @@
-// gpumem_bench_alloc: shared/BENCHMARKS.md's allocation workloads over any registered resource, with the
+// gpumem_bench_alloc: docs/benchmarks.md's allocation workloads over any registered resource, with the
 // CUDA peers in the same run.
 //
 //   fixed/<resource>/<size>       allocate then free one block, in a loop (256B 4KiB 64KiB 1MiB 64MiB);

@@ -1,7 +1,7 @@
 /**
  * @file resource_registry.hpp
  * The benchmarks take the resource under test by name from the one registry of resources
- * (gpumem/registry/resource_registry.hpp, shared with `gpumem replay` and `gpumem bench`), so a name means the
+ * (gpumem/registry/resource_registry.hpp, shared with `gpumem replay` and `gpumem bench`; docs/benchmarks.md), so a name means the
  * same configuration in every figure. Beside those names, two deliberately broken resources prove that a
  * benchmark cannot pass silently on a wrong resource (ctest runs them and expects a non-zero exit); they
  * are reachable only by their explicit names (selftest_*), never listed, never in the defaults.

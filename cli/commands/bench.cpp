@@ -1,4 +1,4 @@
-// `gpumem bench [--workload LIST] [--resource LIST] [--repeat N] [--quick] [--csv]`: shared/BENCHMARKS.md's
+// `gpumem bench [--workload LIST] [--resource LIST] [--repeat N] [--quick] [--csv]`: docs/benchmarks.md's
 // allocation workloads (fixed/<size>, random, random_mt/<T>) on resources from the replay registry, each on
 // a fresh resource; one row per workload and resource with the median ns/op of the timed passes. A resource
 // that fails a workload (out of memory, a failed check) gets a row that says so, and the others still run;

@@ -136,7 +136,7 @@ int run_replay(std::span<std::string_view const> args, std::ostream& out)
   for (std::string const& path : c.logs) {
     log_source source{path, c.resources.size() * c.repeats > 1 ? log_passes::many : log_passes::one};
     // Every run on a fresh resource; the resources take turns (pool, vmm, pool, vmm, ...), so that a slow
-    // spell of the host falls on all of them (shared/BENCHMARKS.md: medians, ratios within one run).
+    // spell of the host falls on all of them (docs/benchmarks.md: medians, ratios within one run).
     std::vector<std::vector<replay_result>> runs(c.resources.size());
     std::vector<bool> upfront(c.resources.size(), false);
     for (std::size_t run = 0; run < c.repeats; ++run) {

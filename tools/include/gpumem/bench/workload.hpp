@@ -1,6 +1,6 @@
 /**
  * @file workload.hpp
- * shared/BENCHMARKS.md's allocation workloads as data and loops, so that every measurement runs the same
+ * docs/benchmarks.md's allocation workloads as data and loops, so that every measurement runs the same
  * operations: the Google Benchmarks (benchmarks/), `gpumem bench` (cli/) and users' own harnesses.
  *
  *   fixed/<size>       allocate then free one block of <size>, in a loop (fixed_sizes)
@@ -41,7 +41,7 @@ struct fixed_size {
   std::size_t bytes;
   char const* label;
 };
-/** @brief The sizes of `fixed/<size>` (BENCHMARKS.md). */
+/** @brief The sizes of `fixed/<size>` (docs/benchmarks.md). */
 inline constexpr std::array<fixed_size, 5> fixed_sizes{{{256, "256B"},
                                                         {4 * workload_kib, "4KiB"},
                                                         {64 * workload_kib, "64KiB"},
@@ -56,7 +56,7 @@ struct random_shape {
   std::size_t max_size;
   std::uint64_t seed;
 };
-/** @brief BENCHMARKS.md's `random`. */
+/** @brief docs/benchmarks.md's `random`. */
 inline constexpr random_shape random_full{200'000, 1000, 256, 4 * workload_mib, 42};
 /** @brief A tiny `random` for smoke tests (ctest). */
 inline constexpr random_shape random_smoke{2'000, 64, 256, 4 * workload_mib, 42};

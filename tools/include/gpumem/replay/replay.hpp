@@ -2,7 +2,7 @@
  * @file replay.hpp
  * Replays an allocation log (allocation_log.hpp) against a device memory resource, single-threaded and in
  * log order, and reports the time per operation and how much memory the resource took to serve it
- * (docs/formats.md describes the result's fields; shared/BENCHMARKS.md's `replay/<log>` workload).
+ * (docs/formats.md describes the result's fields; docs/benchmarks.md's `replay/<log>` workload).
  *
  * What the replay does with each row:
  * - `allocate`: allocate(size, stream). A failure of the resource (gpumem::bad_alloc, including
