@@ -88,6 +88,7 @@ def parse_blocks(path):
     """Returns the fenced code blocks of one markdown file, with their skip markers."""
     lines = path.read_text(encoding="utf-8").splitlines()
     blocks = []
+    markers = set()  # lines of skip markers not yet claimed by the block after them
     i = 0
     while i < len(lines):
         match = FENCE.match(lines[i])
@@ -95,6 +96,8 @@ def parse_blocks(path):
             marker = MARKER.match(lines[i])
             if marker and marker["directive"] != "skip":
                 raise DocError(f"{path}:{i + 1}: unknown doc-test directive '{marker['directive']}' (only 'skip')")
+            if marker:
+                markers.add(i)
             i += 1
             continue
         fence, indent = match["fence"], len(match["indent"])
@@ -120,12 +123,15 @@ def parse_blocks(path):
                 raise DocError(f"{path}:{previous + 1}: a skip marker before a ```{lang or '(no tag)'} block, "
                                "which never runs")
             block.skip_reason = marker["reason"].strip()
+            markers.discard(previous)
         known = CXX | C | CMAKE | PYTHON | SHELL | CONSOLE | OUTPUT
         if lang not in known and block.skip_reason is None:
             raise DocError(f"{path}:{block.line}: no runner for ```{lang} blocks: use one of "
                            f"{', '.join(sorted(k for k in known if k))}, or ```text for output, or mark it "
                            "<!-- doc-test: skip (why) -->")
         blocks.append(block)
+    if markers:
+        raise DocError(f"{path}:{min(markers) + 1}: a skip marker with no code block right after it")
     return blocks
 
 
