@@ -11,8 +11,9 @@ What each fenced block is, by its language tag:
   tree (`cmake --install` into a scratch prefix, then `find_package(gpumem)`, as a user's project does), one
   executable per block at -O0 with -Wall -Wextra -Werror, and each is run on the host backend; its exit
   status must be 0. ```c: the same for a C99 program (linked with the C++ linker, as libgpumem needs).
-- ```cmake: a complete CMakeLists.txt. Its `add_executable(NAME main.cpp)` gets, as main.cpp, the nearest
-  ```cpp block before it in the same file; it is configured against the same install, built and NAME run.
+- ```cmake: a complete CMakeLists.txt. Its `add_executable(NAME main.cpp)` gets, as main.cpp, the first
+  ```cpp block of the same file (it must come before); it is configured against the same install, built,
+  and NAME is run.
 - ```python: a program run by the interpreter the package was built for, with the build tree's package
   importable (PYTHONPATH=<build>/python), on the host backend.
 - ```sh, ```bash, ```shell: commands a user types, run by `bash -e -o pipefail` with the built `gpumem` and
@@ -250,13 +251,10 @@ class Runner:
                                               env=self.env)
 
     def run_cmake(self, block, blocks_of_file):
-        main = None
-        for other in blocks_of_file:
-            if other.line < block.line and other.lang in CXX:
-                main = other
+        main = next((other for other in blocks_of_file if other.line < block.line and other.lang in CXX), None)
         names = re.findall(r"add_executable\(\s*([A-Za-z0-9_.-]+)", block.code)
         if main is None or len(names) != 1:
-            return False, ("a ```cmake block needs a ```cpp block before it in its file (its main.cpp) and "
+            return False, ("a ```cmake block needs a ```cpp block first in its file (its main.cpp) and "
                            "exactly one add_executable(NAME main.cpp)")
         project = self.work / f"cmake_{block.ident()}"
         project.mkdir()
