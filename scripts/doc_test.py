@@ -39,6 +39,7 @@ import dataclasses
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -166,9 +167,9 @@ class Runner:
             os.symlink(os.path.abspath(args.cli), self.bin / "gpumem")
         # `python3` on PATH is the package's interpreter, with the package importable (and, for a sanitized
         # build, the sanitizer runtimes preloaded): a wrapper, so that only Python gets that environment.
-        exports = "".join(f"export {key}='{value}'\n" for key, value in self.python_env.items())
+        exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in self.python_env.items())
         wrapper = self.bin / "python3"
-        wrapper.write_text(f"#!/bin/sh\n{exports}exec '{args.python}' \"$@\"\n")
+        wrapper.write_text(f"#!/bin/sh\n{exports}exec {shlex.quote(args.python)} \"$@\"\n")
         wrapper.chmod(0o755)
         self.env["PATH"] = f"{self.bin}{os.pathsep}{self.env.get('PATH', '')}"
         python_path = str(pathlib.Path(args.build_dir).resolve() / "python")
