@@ -340,7 +340,7 @@ def main():
             elif block.lang in PYTHON:
                 runner.results[id(block)] = runner.run_python(block)
             elif block.lang in SHELL | CONSOLE:
-                if block.lang in SHELL | CONSOLE and args.cli is None:
+                if args.cli is None:
                     runner.results[id(block)] = (False, "no gpumem command in the build tree (--cli)")
                 else:
                     runner.results[id(block)] = runner.run_shell(block)
