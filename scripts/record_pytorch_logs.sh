@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Records the allocation logs of benchmarks/traces/pytorch_programs.py on the GPU machine (issue 7's real
-# logs): builds the Python package (release, sm_90) in build/gpu-py, then runs every program twice, once on
+# Records the allocation logs of benchmarks/traces/pytorch_programs.py on the GPU machine (the real
+# logs of data/logs/): builds the Python package (release, sm_90) in build/gpu-py, then runs every program twice, once on
 # gpumem's pluggable allocator with the logging adaptor (writes $OUT/<program>.csv.gz) and once on PyTorch's
 # own caching allocator (its peaks). One JSON line per run goes to $OUT/programs.jsonl.
 #

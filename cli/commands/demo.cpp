@@ -47,7 +47,7 @@ constexpr std::int32_t pattern(std::size_t i) noexcept
   return static_cast<std::int32_t>(static_cast<std::uint32_t>(i) * 2654435761U);
 }
 
-/// The log `gpumem demo` replays: recorded from examples/thrust_pipeline on an H200 (docs/formats.md).
+/// The log `gpumem demo` replays: recorded from examples/thrust_pipeline on a GPU (docs/formats.md).
 constexpr char const* bundled_log_name = "logs/thrust_pipeline.csv.gz";
 
 struct demo_command {

@@ -3,9 +3,8 @@
  * Fast copies between host and device memory, whatever kind of host memory it is.
  *
  * From pinned host memory a copy is one cudaMemcpyAsync, which runs at the link's full speed and does not
- * block the caller. From pageable memory CUDA copies at a fraction of that speed (on an H200: 9.1 GB/s
- * host-to-device and 17.6 GB/s device-to-host, against 55.5 GB/s pinned), because the driver stages
- * through a small pinned buffer with one thread. These functions stage through a ring of large pinned
+ * block the caller. From pageable memory CUDA copies at a fraction of that speed (docs/PERFORMANCE.md),
+ * because the driver stages through a small pinned buffer with one thread. These functions stage through a ring of large pinned
  * chunks (from the default pinned pool) instead, with the host-side copies spread over several worker
  * threads and overlapped with the DMA of the previous chunks.
  *
@@ -29,8 +28,8 @@ namespace gpumem {
 
 /** @brief How staged copies are cut up; read once from the environment, adjustable for tuning. */
 struct transfer_config {
-  /// Bytes per staging chunk (GPUMEM_STAGING_CHUNK, e.g. "2MiB" or a byte count). 2 MiB with 12 threads
-  /// was the best of 1-8 MiB x 4-16 threads for 1 GiB copies on an H100 host (docs/PERFORMANCE.md).
+  /// Bytes per staging chunk (GPUMEM_STAGING_CHUNK, e.g. "2MiB" or a byte count). The default and the
+  /// thread count below are the best pair of the sweep in docs/PERFORMANCE.md.
   std::size_t chunk_bytes{std::size_t{2} << 20U};
   /// Host threads copying into and out of staging chunks (GPUMEM_COPY_THREADS, 1 to 64), the calling
   /// thread included. Each owns two chunks (double buffering): at most 2 * threads * chunk_bytes are pinned

@@ -1,4 +1,4 @@
-// gpumem._gpumem.cuda, re-exported as gpumem.cuda: CuPy's cupy.cuda shape over gpumem's handles (issue 6).
+// gpumem._gpumem.cuda, re-exported as gpumem.cuda: CuPy's cupy.cuda shape over gpumem's handles.
 //   Device      device.hpp, cuda_device_id.hpp      (a `with` block makes it current, then restores)
 //   Stream      cuda_stream.hpp, cuda_stream_view.hpp (a `with` block makes it its device's current stream
 //               on the calling thread: one current stream per device and thread, as CuPy keeps them)

@@ -85,8 +85,8 @@ class cuda_backend final : public backend {
   }
   [[nodiscard]] int current_device() override
   {
-    // With one visible device, it is always the current one: no cudaGetDevice (about 40 ns on an H200
-    // host, and the plain API asks once per alloc and once per free).
+    // With one visible device, it is always the current one: no cudaGetDevice (a runtime call, and the
+    // plain API asks once per alloc and once per free).
     if (device_count() == 1) { return 0; }
     int device = 0;
     GPUMEM_CUDA_TRY(cudaGetDevice(&device));

@@ -13,8 +13,8 @@
 // submitted after the call sees the data. The buffers come from mr::get_default_pinned_pool() and go back to
 // it at the end of each lane: at once when no DMA of theirs is in flight, else with deallocate_async on the
 // stream, so no later allocation can hand out a buffer that a copy still reads. The pool keeps the memory, so
-// only the first large copy pays for cudaMallocHost (two allocations and their return cost about 2 us in all
-// on the host backend); stream_throttle bounds what copies to the device leave in flight per stream, so the
+// only the first large copy pays for cudaMallocHost (two allocations and their return are two locks and a
+// free-list lookup each); stream_throttle bounds what copies to the device leave in flight per stream, so the
 // pool does not grow when the host runs ahead of the stream.
 //
 // Failure: a lane that throws sets `failed` (the others stop before their next chunk) and gives its buffers

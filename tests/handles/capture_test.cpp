@@ -267,7 +267,7 @@ TEST_F(Capture, AnEventRecordedInACaptureStandsForNothingOnceItEnds)
   g.capture_end();
   g.launch(origin_);
   origin_.synchronize();
-  // Neither the capture nor the launches recorded it: querying it is cudaErrorInvalidValue (seen on an H200).
+  // Neither the capture nor the launches recorded it: querying it is cudaErrorInvalidValue (as CUDA 13 does).
   EXPECT_EQ(error_of([&] { (void)recorded.query(); }), cudaErrorInvalidValue);
   recorded.record(origin_);  // recorded outside a capture, it is an ordinary event again
   recorded.synchronize();
@@ -303,7 +303,7 @@ TEST_F(Capture, TheLegacyStreamStaysUsableWhileOnlyNonBlockingStreamsCapture)
 TEST_F(Capture, SynchronizingAnotherStreamDuringAGlobalCaptureIsRefusedAndInvalidatesIt)
 {
   // cudaStreamCaptureModeGlobal: the capturing thread "is prohibited from potentially unsafe API calls";
-  // on an H100 (CUDA 13) cudaStreamSynchronize of a stream outside the capture is one of them and returns
+  // with CUDA 13, cudaStreamSynchronize of a stream outside the capture is one of them and returns
   // cudaErrorStreamCaptureUnsupported.
   cuda_stream quiet{cuda_stream::flags::non_blocking};
   cuda_stream other{cuda_stream::flags::non_blocking};
@@ -411,7 +411,7 @@ TEST_F(Capture, OnlyARelaxedCaptureMayEndOnAnotherThread)
 {
   // cudaStreamEndCapture: "If the mode argument to cudaStreamBeginCapture was not
   // cudaStreamCaptureModeRelaxed, this call must be from the same thread as cudaStreamBeginCapture."
-  // Refused there, the capture is over all the same (as seen on an H100 with CUDA 13): ending it again on
+  // Refused there, the capture is over all the same (as CUDA 13 does): ending it again on
   // its own thread finds the stream no longer capturing.
   graph g;
   g.capture_begin(origin_, capture_mode::global);

@@ -418,7 +418,7 @@ TEST(replay, resnet50_trace_on_simulated_sub_allocators)
     EXPECT_EQ(result.peak_live_bytes, 9'386'021'008U);
     ASSERT_TRUE(result.fragmentation.has_value());
     if (!r.reserves_upfront()) {
-      // On the H200, RMM's pool reached 1.555 and binning 1.773 (traces/README.md); a doubling pool over a
+      // RMM's pool reaches 1.555 and binning 1.773 on this trace (traces/README.md); a doubling pool over a
       // simulated upstream should land in the same range, and never below 1.
       EXPECT_GE(*result.fragmentation, 1.0);
       EXPECT_LE(*result.fragmentation, 2.5);

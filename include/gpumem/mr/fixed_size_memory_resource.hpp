@@ -4,8 +4,7 @@
  * building block of binning_memory_resource, and a fast path for workloads dominated by one size.
  *
  * Cost of the fast path (blocks up to 16 MiB freed by the same thread on the same stream): the thread's
- * cache, one uncontended atomic lock, no event (27-31 ns per allocate+free pair on an H200,
- * docs/PERFORMANCE.md). A miss takes up to half a cache slot of the stream's blocks under one lock. Blocks
+ * cache, one uncontended atomic lock, no event (measured in docs/PERFORMANCE.md). A miss takes up to half a cache slot of the stream's blocks under one lock. Blocks
  * leaving a thread cache: one lock, a vector push and a chunk lookup each, one event record per batch.
  * Unlike RMM's fixed_size_memory_resource, release() returns only batches whose every block is free (RMM
  * frees every upstream block, also those still in use), and an exhausted upstream leads to smaller batches

@@ -1,7 +1,8 @@
 /**
  * @file pinned_memory_pool.hpp
- * A pool of page-locked (pinned) host memory in front of cudaMallocHost, which is slow (about 0.7 ms for
- * 4 KiB and 26 ms for 64 MiB on an H200): blocks are carved from large pinned chunks and reused. A block
+ * A pool of page-locked (pinned) host memory in front of cudaMallocHost, which is slow (a driver call that
+ * pins pages and maps them for the device, costing more the larger it is; docs/PERFORMANCE.md): blocks are
+ * carved from large pinned chunks and reused. A block
  * that an asynchronous copy still reads or writes is returned with deallocate_async(): it goes back to
  * the pool only after the work submitted to that stream so far has completed, so no later allocation can
  * hand out memory that a copy in flight still uses.

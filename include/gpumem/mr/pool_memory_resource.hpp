@@ -5,8 +5,8 @@
  * the upstream before the pool gives up (stream_ordered_memory_resource.hpp has the algorithm).
  *
  * Cost of the fast path (a block of the same size freed by the same thread on the same stream, up to
- * 16 MiB): the thread's cache, one uncontended atomic lock, no event (28 ns per allocate+free pair on an
- * H200, docs/PERFORMANCE.md). Otherwise one lock, one std::map lookup for the stream, one
+ * 16 MiB): the thread's cache, one uncontended atomic lock, no event (measured in docs/PERFORMANCE.md).
+ * Otherwise one lock, one std::map lookup for the stream, one
  * std::set::lower_bound for the best fit and one insertion for the remainder, O(log n). Blocks leaving a
  * thread cache: one lock, one coalescing insertion O(log n) each, one event record per batch.
  */

@@ -89,7 +89,7 @@
  * value and its operations sit on the allocation path. The growth policy is a handful of virtual functions:
  * they run only when the resource grows or fails, next to an upstream allocation that costs microseconds,
  * and a virtual interface says exactly what a derived resource must provide (the compiler checks the
- * overrides). The one policy call on every allocation, block_size_for(), costs an indirect call (~1 ns).
+ * overrides). The one policy call on every allocation, block_size_for(), costs an indirect call.
  *
  * Invariants (check_invariants()), with n = free blocks over all lists:
  *   pool_size_ == sum of chunks_
@@ -490,8 +490,8 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     };
     if (auto const address = take_locked(stream, size)) { return done(*address); }
     // Another thread is growing the pool: wait for its chunk and look again instead of growing too.
-    // Concurrent misses that each grew by the pool's size made the pool hold 39x the live bytes with 16
-    // threads on 16 streams (random_mt/16 on an H200, docs/PERFORMANCE.md).
+    // Concurrent misses that each grew by the pool's size made the pool hold many times the live bytes
+    // with 16 threads on 16 streams (the random_mt/16 workload, docs/benchmarks.md).
     while (growing_bytes_ > 0) {
       growth_done_.wait(lock);
       if (auto const address = take_locked(stream, size)) { return done(*address); }

@@ -30,10 +30,9 @@
  *
  * Cost: allocate and deallocate take one mutex and O(log n) in the free ranges (one lower_bound and
  * usually no re-insertion: mr/detail/free_range_index.hpp), without any CUDA call when the memory is
- * backed; growing costs one cuMemCreate + cuMemMap + cuMemSetAccess per piece, about 42 us for a slab and
- * 50 us for four on an H100 (pieces grow with the pool: vmm_pool_options::mapping_divisor). On real
- * PyTorch logs that is 0.92-1.44 times the ns per operation of pool_memory_resource over cudaMalloc, at
- * 1.01-1.05 times the live bytes (docs/PERFORMANCE.md, "Fragmentation").
+ * backed; growing costs one cuMemCreate + cuMemMap + cuMemSetAccess per piece (pieces grow with the pool:
+ * vmm_pool_options::mapping_divisor). Its speed and live-bytes ratio on real PyTorch logs, against
+ * pool_memory_resource over cudaMalloc, are in docs/PERFORMANCE.md.
  *
  * Thread-safety: all members may be called concurrently (one mutex, held also while growing).
  * Stream-ordering: as device_memory_resource.hpp says. Memory freed on stream A is reused on A at once;
@@ -83,9 +82,8 @@ struct vmm_pool_options {
   /// The most bytes one new piece of physical memory may cover (rounded down to whole slabs, at least one);
   /// none (the default): no cap but mapping_divisor's (one slab when mapping_divisor is 0). Growth creates
   /// what it needs in pieces, each with one cuMemCreate + cuMemMap + cuMemSetAccess, whose cost grows
-  /// slowly with the size (32 MiB: about 40 us, 128 MiB: about 60 us on an H200). But a piece moves and goes
-  /// back to the device only whole, so larger pieces hold more: fixed 128 MiB pieces over 32 MiB slabs took
-  /// GPT training's peak from 1.038 to 1.060 times its live bytes (docs/PERFORMANCE.md, "Fragmentation").
+  /// slowly with the size (docs/PERFORMANCE.md). But a piece moves and goes back to the device only whole,
+  /// so larger pieces hold more memory than the live bytes need.
   std::optional<std::size_t> max_mapping_size{};
   /// N > 0 (the default, 64): a new piece covers up to 1/N of the physical memory the pool holds when it
   /// grows (at least one slab; at most max_mapping_size, when that is set). A large pool then grows in
