@@ -2,6 +2,8 @@
 #include "commands.hpp"
 #include "resource_selection.hpp"
 
+#include <gpumem/registry/resource_registry.hpp>
+
 #include <CLI/CLI.hpp>
 
 #include <charconv>
@@ -29,8 +31,16 @@ CLI::Validator whole_number(std::size_t minimum, std::size_t maximum, std::strin
 
 CLI::Option* add_resource_option(CLI::App& command)
 {
-  return command.add_option("-r,--resource", "comma-separated resources to run (default: all; see the list "
-                                             "in the error for an unknown name)")
+  auto const join = [](std::vector<std::string> const& names) {
+    std::string text;
+    for (std::string const& name : names) { text += (text.empty() ? "" : ",") + name; }
+    return text;
+  };
+  std::string const any_size =
+    registry::resource_names([](registry::resource_info const& info) { return info.any_size; });
+  return command.add_option("-r,--resource")
+    ->description("comma-separated resources, of " + any_size + " (default " +
+                  join(select_replay_resources(std::nullopt, false)) + ")")
     ->type_name("LIST");
 }
 
