@@ -1,77 +1,93 @@
-// `gpumem`: the command-line front end. Parses the subcommand, runs it, and maps failures to exit codes:
-// 0 success, 1 a failed check or any error ("gpumem: error: ..."; output that could not be written too), 2 a
-// command line it cannot understand.
+// `gpumem`: the command-line front end. Builds the command line (CLI11: every subcommand's options, their
+// help and their checks), runs the subcommand given, and maps failures to exit codes: 0 success, 1 a failed
+// check or any error ("gpumem: error: ..."; output that could not be written too), 2 a command line it cannot
+// understand ("gpumem: COMMAND: what was wrong").
 // The commands themselves live in commands/; the logic they show lives in the library.
 #include "commands.hpp"
 
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iostream>
-#include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace {
 
-constexpr std::string_view usage =
-  "usage: gpumem <command> [options]\n"
-  "\n"
-  "commands:\n"
-  "  info                  backend, CUDA runtime and driver versions, devices and their memory\n"
-  "  demo [--elements N]   allocate, fill, memset, copy back and verify device buffers on a stream\n"
-  "                        (N int32 elements per buffer, default 4194304)\n"
-  "  replay LOG [LOG...] [--resource LIST] [--simulate] [--slab-mib N] [--mapping-mib N]\n"
-  "         [--mapping-divisor N] [--repeat N] [--csv]\n"
-  "                        replay allocation logs (RMM CSV, plain or gzip; LOG may be - for standard\n"
-  "                        input, a pipe or a FIFO) against resources and print\n"
-  "                        ns/op, peak upstream and live bytes, their ratio, failures, unknown frees;\n"
-  "                        LIST: comma-separated, from pool,vmm,arena,binning,cuda_async,cuda (default:\n"
-  "                        all); --simulate: pool/vmm/arena/binning over a simulated 1 TiB upstream (no\n"
-  "                        memory used); --slab-mib: the vmm pool's slab size (default 32);\n"
-  "                        --mapping-mib: its largest piece of physical memory (default: one slab);\n"
-  "                        --mapping-divisor: pieces of up to 1/N of its physical memory (default\n"
-  "                        64; 0: pieces of --mapping-mib);\n"
-  "                        --repeat: N runs per resource, taking turns; ns/op is their median\n"
-  "\n"
-  "options:\n"
-  "  -h, --help            print this help\n"
-  "  -V, --version         print gpumem's version\n"
-  "\n"
-  "environment:\n"
+constexpr char const* environment_help =
+  "Environment:\n"
   "  GPUMEM_BACKEND=cuda|host   force a backend (default: cuda when a device is present, else host)\n"
   "  GPUMEM_HOST_MEMORY=BYTES   capacity of each emulated device under the host backend\n";
 
-int run_command(int argc, char** argv)
+/// "gpumem ARG...": the command line as typed, for a report's header.
+std::string typed_command_line(int argc, char** argv)
 {
-  std::vector<std::string_view> const args(argv + (argc > 0 ? 1 : 0), argv + argc);
-  if (args.empty()) {
-    std::cerr << usage;
+  // Appended piece by piece: GCC 12 reports a false -Wrestrict on `text += " " + std::string{a}` at -O3.
+  std::string text = "gpumem";
+  for (int i = 1; i < argc; ++i) {
+    text += ' ';
+    text += argv[i];
+  }
+  return text;
+}
+
+/// Reports a command line that cannot be understood, naming the subcommand it concerns; @return exit_usage.
+int report_usage_error(CLI::App const& gpumem, CLI::ParseError const& e)
+{
+  std::vector<CLI::App*> const given = gpumem.get_subcommands();  // the one being parsed, if any
+  if (given.empty()) {
+    std::cerr << "gpumem: " << e.what() << "\n\n" << gpumem.help();
+  } else {
+    std::string const name = given.front()->get_name();
+    std::cerr << "gpumem: " << name << ": " << e.what() << "\nrun 'gpumem " << name << " --help' for its options\n";
+  }
+  return gpumem::cli::exit_usage;
+}
+
+/// Parses the command line and runs the subcommand it names. @return the exit status.
+int parse_and_run(int argc, char** argv)
+{
+  CLI::App gpumem{"gpumem: GPU memory resources, their allocation logs, replays and benchmarks", "gpumem"};
+  gpumem.set_help_flag("-h,--help", "print this help");
+  gpumem.set_version_flag("-V,--version", std::string{"gpumem "} + GPUMEM_VERSION_STRING, "print gpumem's version");
+  gpumem.require_subcommand(0, 1);  // after a command, another command's name is one of its arguments
+  gpumem.footer(environment_help);
+  std::vector<gpumem::cli::command> const commands{gpumem::cli::add_info(gpumem), gpumem::cli::add_demo(gpumem),
+                                                   gpumem::cli::add_replay(gpumem), gpumem::cli::add_report(gpumem),
+                                                   gpumem::cli::add_bench(gpumem)};
+  CLI::App* const help = gpumem.add_subcommand("help", "print this help");
+  CLI::App* const version = gpumem.add_subcommand("version", "print gpumem's version")->group("");
+  try {
+    gpumem.parse(argc, argv);
+  } catch (CLI::ParseError const& e) {
+    if (e.get_exit_code() == 0) { return gpumem.exit(e); }  // --help, --version
+    return report_usage_error(gpumem, e);
+  }
+
+  if (help->parsed()) {  // gpumem.help() would print the help of `help`
+    std::cout << gpumem.get_formatter()->make_help(&gpumem, "gpumem", CLI::AppFormatMode::Normal);
+    return 0;
+  }
+  if (version->parsed()) {
+    std::cout << "gpumem " << GPUMEM_VERSION_STRING << '\n';
+    return 0;
+  }
+  auto const given = std::find_if(commands.begin(), commands.end(), [](auto const& c) { return c.parser->parsed(); });
+  if (given == commands.end()) {  // no command: the help, as an error
+    std::cerr << gpumem.help();
     return gpumem::cli::exit_usage;
   }
-  std::string_view const command = args.front();
-  std::span<std::string_view const> const rest = std::span{args}.subspan(1);
+  return given->run(typed_command_line(argc, argv), std::cout);
+}
+
+int run_command(int argc, char** argv)
+{
   try {
-    if (command == "-h" || command == "--help" || command == "help") {
-      std::cout << usage;
-      return 0;
-    }
-    if (command == "-V" || command == "--version" || command == "version") {
-      std::cout << "gpumem " << GPUMEM_VERSION_STRING << '\n';
-      return 0;
-    }
-    if (command == "info") { return gpumem::cli::run_info(rest, std::cout); }
-    if (command == "demo") { return gpumem::cli::run_demo(rest, std::cout); }
-    if (command == "replay") { return gpumem::cli::run_replay(rest, std::cout); }
-    if (command == "report") { return gpumem::cli::run_report(rest, std::cout); }
-    if (command == "bench") { return gpumem::cli::run_bench(rest, std::cout); }
-    std::cerr << "gpumem: unknown command '" << command << "'\n\n" << usage;
-    return gpumem::cli::exit_usage;
-  } catch (gpumem::cli::usage_error const& e) {
-    std::cerr << "gpumem: " << e.what() << "\n\n" << usage;
-    return gpumem::cli::exit_usage;
+    return parse_and_run(argc, argv);
   } catch (std::exception const& e) {
     std::cout.flush();
     std::cerr << "gpumem: error: " << e.what() << '\n';

@@ -1,19 +1,16 @@
 // resource_selection.hpp: checking `--resource` lists against the resource registry.
 #include "resource_selection.hpp"
 
-#include "commands.hpp"
-
 #include <gpumem/registry/resource_registry.hpp>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace gpumem::cli {
 
-std::vector<std::string> select_replay_resources(std::optional<std::string_view> list, bool simulate,
-                                                 std::string_view command)
+std::vector<std::string> select_replay_resources(std::optional<std::string_view> list, bool simulate)
 {
   using registry::resource_info;
-  std::string const prefix = std::string{command} + ": ";
   auto const valid = [simulate](resource_info const& info) {
     return info.any_size && (!simulate || info.simulatable);
   };
@@ -32,23 +29,23 @@ std::vector<std::string> select_replay_resources(std::optional<std::string_view>
     if (name.empty()) { continue; }
     resource_info const* const info = registry::find_resource(name);
     if (info == nullptr) {
-      throw usage_error(prefix + "unknown resource '" + std::string{name} +
+      throw std::invalid_argument("unknown resource '" + std::string{name} +
                         "'; valid resources: " + registry::resource_names(valid));
     }
     if (!info->any_size) {
-      throw usage_error(prefix + "resource '" + std::string{name} +
+      throw std::invalid_argument("resource '" + std::string{name} +
                         "' serves one block size and cannot replay a log of any sizes; valid resources: " +
                         registry::resource_names(valid));
     }
     if (simulate && !info->simulatable) {
-      throw usage_error(prefix + "resource '" + std::string{name} +
+      throw std::invalid_argument("resource '" + std::string{name} +
                         "' allocates real device memory and cannot be simulated; with --simulate use: " +
                         registry::resource_names(valid));
     }
     if (std::find(names.begin(), names.end(), name) == names.end()) { names.emplace_back(name); }
   }
   if (names.empty()) {
-    throw usage_error(prefix + "--resource names no resource; valid resources: " + registry::resource_names(valid));
+    throw std::invalid_argument("names no resource; valid resources: " + registry::resource_names(valid));
   }
   return names;
 }

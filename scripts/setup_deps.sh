@@ -52,6 +52,7 @@ present() {
     googletest)       dpkg_has googletest || [[ -d /usr/src/googletest ]] || { has_header gtest/gtest.h && has_lib gtest; } ;;
     libbenchmark-dev) has_header benchmark/benchmark.h && has_lib benchmark ;;
     zlib1g-dev)       has_header zlib.h && has_lib z ;;
+    libcli11-dev)     has_header CLI/CLI.hpp || [[ -e $(dirname "$0")/../.deps/cli11/include/CLI/CLI.hpp ]] ;;
     python3)          command -v python3 >/dev/null ;;
     chromium)         command -v chromium >/dev/null || command -v chromium-browser >/dev/null ;;
     python3-dev)      python3 -c 'import sysconfig,os,sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"],"Python.h")))' 2>/dev/null ;;
@@ -64,8 +65,9 @@ present() {
   esac || dpkg_has "$1"
 }
 
-# zlib1g-dev: gzip-compressed allocation logs.
-packages=(cmake ninja-build g++ libgtest-dev libgmock-dev googletest libbenchmark-dev zlib1g-dev)
+# zlib1g-dev: gzip-compressed allocation logs. libcli11-dev: the `gpumem` command's options (a copy in .deps/,
+# from scripts/vendor_cli11_for_gpu.sh, counts too).
+packages=(cmake ninja-build g++ libgtest-dev libgmock-dev googletest libbenchmark-dev zlib1g-dev libcli11-dev)
 if [[ ${GPUMEM_DEPS_TESTS:-0} == 1 ]]; then
   packages+=(python3 chromium)
 fi

@@ -8,21 +8,22 @@
 #include "compact_bytes.hpp"
 #include "csv_field.hpp"
 #include "library_log.hpp"
-#include "resource_selection.hpp"
 
 #include <gpumem/bench/measure.hpp>
 #include <gpumem/bench/workload.hpp>
 #include <gpumem/cuda_stream_pool.hpp>
 #include <gpumem/registry/resource_registry.hpp>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <new>
 #include <optional>
 #include <ostream>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,64 +34,12 @@ namespace {
 constexpr std::string_view workload_names = "fixed, random, random_mt";
 
 struct bench_command {
-  bool fixed{true};
-  bool random{true};
-  bool random_mt{true};
+  std::vector<std::string> workloads{"fixed", "random", "random_mt"};  // --workload: names, maybe repeated
   std::vector<std::string> resources;
   std::size_t repeats{5};
   bool quick{false};
   bool csv{false};
 };
-
-void parse_workloads(std::string_view list, bench_command& c)
-{
-  c.fixed = c.random = c.random_mt = false;
-  while (!list.empty()) {
-    std::size_t const comma = list.find(',');
-    std::string_view const name = list.substr(0, comma);
-    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-    if (name == "fixed") {
-      c.fixed = true;
-    } else if (name == "random") {
-      c.random = true;
-    } else if (name == "random_mt") {
-      c.random_mt = true;
-    } else if (!name.empty()) {
-      throw usage_error("bench: unknown workload '" + std::string{name} + "'; workloads: " + std::string{workload_names});
-    }
-  }
-  if (!c.fixed && !c.random && !c.random_mt) {
-    throw usage_error("bench: --workload names no workload; workloads: " + std::string{workload_names});
-  }
-}
-
-bench_command parse(std::span<std::string_view const> args)
-{
-  bench_command c;
-  std::optional<std::string_view> resource_list;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view const a = args[i];
-    auto const value = [&](std::string_view option) {
-      if (i + 1 == args.size()) { throw usage_error("bench: " + std::string{option} + " needs a value"); }
-      return args[++i];
-    };
-    if (a == "--csv") {
-      c.csv = true;
-    } else if (a == "--quick") {
-      c.quick = true;
-    } else if (a == "--resource" || a == "-r") {
-      resource_list = value(a);
-    } else if (a == "--workload" || a == "-w") {
-      parse_workloads(value(a), c);
-    } else if (a == "--repeat") {
-      c.repeats = parse_count(value(a), a, "bench");
-    } else {
-      throw usage_error("bench: unexpected argument '" + std::string{a} + "'");
-    }
-  }
-  c.resources = select_replay_resources(resource_list, false, "bench");
-  return c;
-}
 
 /// One output row: a measurement, or why there is none.
 struct row {
@@ -145,11 +94,13 @@ void print(row const& r, bool csv, std::ostream& out)
   out.flush();
 }
 
-}  // namespace
-
-int run_bench(std::span<std::string_view const> args, std::ostream& out)
+bool runs(bench_command const& c, std::string_view workload)
 {
-  bench_command const c = parse(args);
+  return std::find(c.workloads.begin(), c.workloads.end(), workload) != c.workloads.end();
+}
+
+int run_bench(bench_command const& c, std::ostream& out)
+{
   bench::random_shape const shape = c.quick ? bench::random_smoke : bench::random_full;
   double const min_seconds = c.quick ? 0.002 : 0.05;
   constexpr std::size_t thread_counts[] = {4, 16};
@@ -191,7 +142,7 @@ int run_bench(std::span<std::string_view const> args, std::ostream& out)
     library_log.report(std::cerr, workload + " on " + name);
   };
 
-  if (c.fixed) {
+  if (runs(c, "fixed")) {
     for (bench::fixed_size const& size : bench::fixed_sizes) {
       std::string const workload = std::string{"fixed/"} + size.label;
       for (std::string const& name : c.resources) {
@@ -201,7 +152,7 @@ int run_bench(std::span<std::string_view const> args, std::ostream& out)
       }
     }
   }
-  if (c.random) {
+  if (runs(c, "random")) {
     std::vector<bench::sequence> const one = bench::split_random(shape, 1);
     for (std::string const& name : c.resources) {
       run("random", name, [&](mr::device_memory_resource& mr) {
@@ -209,7 +160,7 @@ int run_bench(std::span<std::string_view const> args, std::ostream& out)
       });
     }
   }
-  if (c.random_mt) {
+  if (runs(c, "random_mt")) {
     for (std::size_t const threads : thread_counts) {
       std::vector<bench::sequence> const split = bench::split_random(shape, threads);
       std::string const workload = "random_mt/" + std::to_string(threads);
@@ -221,6 +172,34 @@ int run_bench(std::span<std::string_view const> args, std::ostream& out)
     }
   }
   return any_error ? 1 : 0;
+}
+
+}  // namespace
+
+command add_bench(CLI::App& gpumem)
+{
+  auto const c = std::make_shared<bench_command>();
+  CLI::App* const parser =
+    gpumem.add_subcommand("bench", "allocation workloads (docs/benchmarks.md) on resources: ns/op, peak bytes");
+  parser
+    ->add_option("-w,--workload", c->workloads,
+                 "comma-separated workloads to run: " + std::string{workload_names} + " (default: all)")
+    ->type_name("LIST")
+    ->allow_extra_args(false)
+    ->delimiter(',')
+    ->check([](std::string const& name) -> std::string {
+      if (name == "fixed" || name == "random" || name == "random_mt") { return {}; }
+      return "unknown workload '" + name + "'; workloads: " + std::string{workload_names};
+    });
+  CLI::Option* const resource = add_resource_option(*parser);
+  parser->add_option("--repeat", c->repeats, "timed passes per workload and resource; ns/op is their median (default " +
+                                               std::to_string(c->repeats) + ")")
+    ->type_name("N")
+    ->check(whole_number(1, 1000, "needs an integer in [1, 1000]"));
+  parser->add_flag("--quick", c->quick, "small workloads and short passes, for a smoke test");
+  parser->add_flag("--csv", c->csv, "print CSV instead of a table");
+  parser->parse_complete_callback([c, resource] { c->resources = selected_resources(*resource, false); });
+  return {parser, [c](std::string const&, std::ostream& out) { return run_bench(*c, out); }};
 }
 
 }  // namespace gpumem::cli

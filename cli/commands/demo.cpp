@@ -20,15 +20,16 @@
 #include <gpumem/report/html_report.hpp>
 #include <gpumem/report/staged_file.hpp>
 
-#include <charconv>
+#include <CLI/CLI.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <ostream>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -52,40 +53,10 @@ constexpr char const* bundled_log_name = "logs/thrust_pipeline.csv.gz";
 
 struct demo_command {
   std::size_t elements{default_elements};
-  std::optional<std::string> log;       // default: the bundled log
+  std::optional<std::string> log;  // default: the bundled log
   std::string report{"gpumem-demo-report.html"};
   bool simulate{false};
 };
-
-demo_command parse(std::span<std::string_view const> args)
-{
-  demo_command c;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view const a = args[i];
-    auto const value = [&] {
-      if (i + 1 == args.size()) { throw usage_error("demo: " + std::string{a} + " needs a value"); }
-      return args[++i];
-    };
-    if (a == "--elements") {
-      std::string_view const text = value();
-      auto const [end, error] = std::from_chars(text.data(), text.data() + text.size(), c.elements);
-      if (error != std::errc{} || end != text.data() + text.size() || c.elements == 0 || c.elements > max_elements) {
-        throw usage_error("demo: --elements needs an integer from 1 to " + std::to_string(max_elements) +
-                          " (two buffers of that many int32 must be countable in bytes), not '" + std::string{text} +
-                          "'");
-      }
-    } else if (a == "--log") {
-      c.log = std::string{value()};
-    } else if (a == "--report" || a == "-o") {
-      c.report = std::string{value()};
-    } else if (a == "--simulate") {
-      c.simulate = true;
-    } else {
-      throw usage_error("demo: unexpected argument '" + std::string{a} + "'");
-    }
-  }
-  return c;
-}
 
 /// The bundled log: in the source tree's data/ (a build tree), else where `cmake --install` put it.
 std::string find_bundled_log()
@@ -145,7 +116,7 @@ std::optional<std::size_t> first_mismatch(std::vector<std::int32_t> const& got, 
 /// Part 1: the round trip. @return true when every element came back as written.
 bool round_trip(std::size_t elements, std::ostream& out)
 {
-  std::size_t const bytes = elements * sizeof(std::int32_t);  // parse() bounds elements: no overflow
+  std::size_t const bytes = elements * sizeof(std::int32_t);  // --elements is bounded: no overflow
   auto& backend = detail::get_backend();
   mr::device_memory_resource* const resource = mr::get_current_device_resource();
   cuda_device_id const device = get_current_cuda_device();
@@ -210,7 +181,7 @@ void replay_and_report(demo_command const& c, std::string const& command, staged
 {
   log_source log{c.log ? *c.log : find_bundled_log()};
   out << "\n== 2. a real program's allocations replayed against every resource\n";
-  std::vector<std::string> const resources = select_replay_resources(std::nullopt, c.simulate, "demo");
+  std::vector<std::string> const resources = select_replay_resources(std::nullopt, c.simulate);
   report_input const input = build_report(log, resources, c.simulate, command, out);
   page.write(render_html_report(input));
   page.commit();
@@ -218,12 +189,8 @@ void replay_and_report(demo_command const& c, std::string const& command, staged
       << "wrote the report: " << std::filesystem::absolute(c.report).string() << " (open it in a browser)\n";
 }
 
-}  // namespace
-
-int run_demo(std::span<std::string_view const> args, std::ostream& out)
+int run_demo(demo_command const& c, std::string const& command, std::ostream& out)
 {
-  demo_command const c = parse(args);
-  std::string const command = command_line("demo", args);
   staged_file page{c.report};  // an unwritable report path fails now, not after the work
   out << "gpumem demo\n";
   bool const ok = round_trip(c.elements, out);
@@ -234,6 +201,28 @@ int run_demo(std::span<std::string_view const> args, std::ostream& out)
   }
   out << "demo passed\n";
   return 0;
+}
+
+}  // namespace
+
+command add_demo(CLI::App& gpumem)
+{
+  auto const c = std::make_shared<demo_command>();
+  CLI::App* const parser = gpumem.add_subcommand(
+    "demo", "a round trip through device buffers, then a real program's log replayed and written as a report");
+  parser
+    ->add_option("--elements", c->elements,
+                 "int32 elements in each of the two device buffers (default " + std::to_string(default_elements) + ")")
+    ->type_name("N")
+    ->check(whole_number(1, max_elements,
+                         "needs an integer from 1 to " + std::to_string(max_elements) +
+                           " (two buffers of that many int32 must be countable in bytes)"));
+  parser->add_option("--log", c->log, "the allocation log to replay (default: the bundled one, data/logs/)")
+    ->type_name("FILE");
+  parser->add_option("-o,--report", c->report, "where to write the HTML report (default " + c->report + ")")
+    ->type_name("FILE");
+  parser->add_flag("--simulate", c->simulate, "replay over a simulated 1 TiB upstream (no device memory used)");
+  return {parser, [c](std::string const& command, std::ostream& out) { return run_demo(*c, command, out); }};
 }
 
 }  // namespace gpumem::cli

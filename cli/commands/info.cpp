@@ -1,10 +1,11 @@
 // `gpumem info`: what the process runs on. Every value comes from the library (device.hpp, backend.hpp).
 #include "commands.hpp"
 
-#include <gpumem/device.hpp>
 #include <gpumem/cuda_device_id.hpp>
 #include <gpumem/device.hpp>
 #include <gpumem/error.hpp>
+
+#include <CLI/CLI.hpp>
 
 #include <ostream>
 #include <string>
@@ -21,12 +22,8 @@ std::string format_cuda_version(int version)
 
 char const* yes_no(bool value) { return value ? "yes" : "no"; }
 
-}  // namespace
-
-int run_info(std::span<std::string_view const> args, std::ostream& out)
+int run_info(std::ostream& out)
 {
-  if (!args.empty()) { throw usage_error("info takes no arguments"); }
-
   backend_kind const kind = current_backend_kind();
   int const driver = driver_version();
   int const count = get_num_cuda_devices();
@@ -52,6 +49,15 @@ int run_info(std::span<std::string_view const> args, std::ostream& out)
         << "  PCI bus id:           " << (props.pci_bus_id.empty() ? std::string{"-"} : props.pci_bus_id) << '\n';
   }
   return 0;
+}
+
+}  // namespace
+
+command add_info(CLI::App& gpumem)
+{
+  CLI::App* const parser =
+    gpumem.add_subcommand("info", "backend, CUDA runtime and driver versions, devices and their memory");
+  return {parser, [](std::string const&, std::ostream& out) { return run_info(out); }};
 }
 
 }  // namespace gpumem::cli

@@ -3,18 +3,19 @@
 // replays allocation logs against resources by name and prints one table per log (docs/formats.md). Each run
 // streams the log (a pipe or standard input is copied on its first pass when there are more runs). The
 // reading, the replay and the resources are the library's (replay/log_source.hpp, replay/replay.hpp,
-// registry/resource_registry.hpp); this file parses the command line and formats the results.
+// registry/resource_registry.hpp); this file declares the command line and formats the results.
 #include "commands.hpp"
 #include "compact_bytes.hpp"
 #include "csv_field.hpp"
 #include "library_log.hpp"
 #include "progress_bar.hpp"
-#include "resource_selection.hpp"
 
 #include <gpumem/bench/measure.hpp>
 #include <gpumem/replay/log_source.hpp>
 #include <gpumem/replay/replay.hpp>
 #include <gpumem/registry/resource_registry.hpp>
+
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <array>
@@ -22,84 +23,30 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <ostream>
-#include <span>
 #include <sstream>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace gpumem::cli {
 namespace {
 
+/// Bounds of --slab-mib and --mapping-mib: whole MiB from 1 to 1 TiB.
+constexpr std::size_t max_mib = std::size_t{1} << 20;
+
 struct replay_command {
   std::vector<std::string> logs;
   std::vector<std::string> resources;
   bool simulate{false};
   bool csv{false};
-  std::size_t repeats{1};                                      // --repeat: runs per resource, interleaved
-  std::size_t vmm_slab_size{std::size_t{32} << 20};          // --slab-mib: the vmm resource's slab size
-  std::optional<std::size_t> vmm_max_mapping_size{};          // --mapping-mib: its largest new mapping
+  std::size_t repeats{1};                                     // --repeat: runs per resource, interleaved
+  std::size_t vmm_slab_mib{32};                               // --slab-mib: the vmm resource's slab size
+  std::optional<std::size_t> vmm_max_mapping_mib{};           // --mapping-mib: its largest new mapping
   std::size_t vmm_mapping_divisor{registry::resource_options{}.vmm_mapping_divisor};  // --mapping-divisor: 1/N of the pool
 };
-
-/// The value of `--<flag> N` (N MiB, 1 to 1 TiB) in bytes.
-std::size_t parse_mib(std::string_view flag, std::string const& value)
-{
-  std::size_t used = 0;
-  unsigned long mib = 0;
-  try {
-    mib = std::stoul(value, &used);
-  } catch (std::exception const&) {
-    used = 0;
-  }
-  if (used != value.size() || mib == 0 || mib > (std::size_t{1} << 20)) {
-    throw usage_error("replay: " + std::string{flag} + " takes a whole number of MiB from 1 to 1048576, not '" + value + "'");
-  }
-  return std::size_t{mib} << 20;
-}
-
-replay_command parse(std::span<std::string_view const> args)
-{
-  replay_command c;
-  std::optional<std::string_view> resource_list;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view const a = args[i];
-    if (a == "--simulate") {
-      c.simulate = true;
-    } else if (a == "--csv") {
-      c.csv = true;
-    } else if (a == "--slab-mib" || a == "--mapping-mib") {
-      if (i + 1 == args.size()) { throw usage_error("replay: " + std::string{a} + " needs a value, e.g. " + std::string{a} + " 32"); }
-      std::size_t const bytes = parse_mib(a, std::string{args[++i]});
-      if (a == "--slab-mib") {
-        c.vmm_slab_size = bytes;
-      } else {
-        c.vmm_max_mapping_size = bytes;
-      }
-    } else if (a == "--mapping-divisor") {
-      if (i + 1 == args.size()) { throw usage_error("replay: --mapping-divisor needs a value, e.g. --mapping-divisor 64"); }
-      c.vmm_mapping_divisor = parse_count(args[++i], a, "replay", 0);
-    } else if (a == "--repeat") {
-      if (i + 1 == args.size()) { throw usage_error("replay: --repeat needs a value, e.g. --repeat 5"); }
-      c.repeats = parse_count(args[++i], a, "replay");
-    } else if (a == "--resource" || a == "-r") {
-      if (i + 1 == args.size()) { throw usage_error("replay: --resource needs a value, e.g. --resource pool,binning"); }
-      resource_list = args[++i];
-    } else if (a.starts_with("--resource=")) {
-      resource_list = a.substr(std::string_view{"--resource="}.size());
-    } else if (a.starts_with("-") && a != "-") {
-      throw usage_error("replay: unknown option '" + std::string{a} + "'");
-    } else {
-      c.logs.emplace_back(a);
-    }
-  }
-  if (c.logs.empty()) { throw usage_error("replay: no log file given"); }
-  c.resources = select_replay_resources(resource_list, c.simulate, "replay");
-  return c;
-}
 
 void print_table_header(std::ostream& out, std::size_t repeats)
 {
@@ -123,11 +70,10 @@ timing timing_of(std::vector<replay_result> const& runs)
   return {bench::median(ns), *low, *high};
 }
 
-}  // namespace
-
-int run_replay(std::span<std::string_view const> args, std::ostream& out)
+int run_replay(replay_command const& c, std::ostream& out)
 {
-  replay_command const c = parse(args);
+  std::optional<std::size_t> const vmm_max_mapping_size =
+    c.vmm_max_mapping_mib ? std::optional<std::size_t>{*c.vmm_max_mapping_mib << 20} : std::nullopt;
   if (c.csv) {
     out << "log,resource,ops,ns_per_op,peak_upstream_bytes,peak_live_bytes,ratio,failures,unknown_frees,"
            "log_failures,log_failures_reproduced,reserves_upfront,runs,ns_per_op_min,ns_per_op_max\n";
@@ -143,8 +89,8 @@ int run_replay(std::span<std::string_view const> args, std::ostream& out)
       for (std::size_t i = 0; i < c.resources.size(); ++i) {
         std::string const& name = c.resources[i];
         registry::resource_handle r = registry::make_resource(name, {.simulate = c.simulate,
-                                                                 .vmm_slab_size = c.vmm_slab_size,
-                                                                 .vmm_max_mapping_size = c.vmm_max_mapping_size,
+                                                                 .vmm_slab_size = c.vmm_slab_mib << 20,
+                                                                 .vmm_max_mapping_size = vmm_max_mapping_size,
                                                                  .vmm_mapping_divisor = c.vmm_mapping_divisor});
         std::string const label =
           source.name() + " on " + name + (c.repeats > 1 ? " (run " + std::to_string(run + 1) + ")" : "");
@@ -204,6 +150,43 @@ int run_replay(std::span<std::string_view const> args, std::ostream& out)
     if (!c.csv && &path != &c.logs.back()) { out << '\n'; }
   }
   return 0;
+}
+
+}  // namespace
+
+command add_replay(CLI::App& gpumem)
+{
+  auto const c = std::make_shared<replay_command>();
+  CLI::App* const parser = gpumem.add_subcommand(
+    "replay", "replay allocation logs against resources: ns/op, peak upstream and live bytes, their ratio, failures");
+  parser
+    ->add_option("LOG", c->logs,
+                 "allocation logs (RMM CSV, plain or gzip); - for standard input; a pipe or a FIFO works too")
+    ->type_name("FILE")
+    ->required();
+  CLI::Option* const resource = add_resource_option(*parser);
+  parser->add_flag("--simulate", c->simulate,
+                   "pool, vmm, arena and binning over a simulated 1 TiB upstream (no memory used)");
+  parser->add_option("--repeat", c->repeats, "runs per resource, taking turns; ns/op is their median (default 1)")
+    ->type_name("N")
+    ->check(whole_number(1, 1000, "needs an integer in [1, 1000]"));
+  parser->add_flag("--csv", c->csv, "print CSV instead of a table (docs/formats.md)");
+  std::string const mib_requirement = "takes a whole number of MiB from 1 to " + std::to_string(max_mib);
+  parser->add_option("--slab-mib", c->vmm_slab_mib, "the vmm pool's slab size in MiB (default 32)")
+    ->type_name("N")
+    ->check(whole_number(1, max_mib, mib_requirement));
+  parser->add_option("--mapping-mib", c->vmm_max_mapping_mib,
+                     "the vmm pool's largest piece of physical memory in MiB (default: one slab)")
+    ->type_name("N")
+    ->check(whole_number(1, max_mib, mib_requirement));
+  parser
+    ->add_option("--mapping-divisor", c->vmm_mapping_divisor,
+                 "the vmm pool maps pieces of up to 1/N of its physical memory (default " +
+                   std::to_string(c->vmm_mapping_divisor) + "; 0: pieces of --mapping-mib)")
+    ->type_name("N")
+    ->check(whole_number(0, 1000, "needs an integer in [0, 1000]"));
+  parser->parse_complete_callback([c, resource] { c->resources = selected_resources(*resource, c->simulate); });
+  return {parser, [c](std::string const&, std::ostream& out) { return run_replay(*c, out); }};
 }
 
 }  // namespace gpumem::cli

@@ -2,19 +2,18 @@
 // resource twice (once for ns/op, once with a timeline for the plots) and writes the HTML page of
 // report/html_report.hpp. The output file is created (as a temporary file beside it) before the first
 // replay, so that an unwritable path fails at once, and replaces FILE only once the page is whole. The
-// replay and the page are the library's; this file parses the command line.
+// replay and the page are the library's; this file declares the command line.
 #include "commands.hpp"
 #include "report_builder.hpp"
-#include "resource_selection.hpp"
 
 #include <gpumem/replay/log_source.hpp>
 #include <gpumem/report/staged_file.hpp>
 
-#include <optional>
+#include <CLI/CLI.hpp>
+
+#include <memory>
 #include <ostream>
-#include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace gpumem::cli {
@@ -27,47 +26,8 @@ struct report_command {
   bool simulate{false};
 };
 
-report_command parse(std::span<std::string_view const> args)
+int run_report(report_command const& c, std::string const& command, std::ostream& out)
 {
-  report_command c;
-  std::optional<std::string_view> resource_list;
-  std::vector<std::string_view> logs;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view const a = args[i];
-    if (a == "--simulate") {
-      c.simulate = true;
-    } else if (a == "--resource" || a == "-r") {
-      if (i + 1 == args.size()) { throw usage_error("report: --resource needs a value, e.g. --resource pool,binning"); }
-      resource_list = args[++i];
-    } else if (a.starts_with("--resource=")) {
-      resource_list = a.substr(std::string_view{"--resource="}.size());
-    } else if (a == "-o" || a == "--output") {
-      if (i + 1 == args.size()) { throw usage_error("report: " + std::string{a} + " needs a file name"); }
-      c.output = args[++i];
-    } else if (a.starts_with("--output=")) {
-      c.output = a.substr(std::string_view{"--output="}.size());
-    } else if (a.starts_with("-") && a != "-") {
-      throw usage_error("report: unknown option '" + std::string{a} + "'");
-    } else {
-      logs.push_back(a);
-    }
-  }
-  if (logs.size() != 1) {
-    throw usage_error(logs.empty() ? "report: no log file given" : "report: one log file per report, not " +
-                                                                       std::to_string(logs.size()));
-  }
-  c.log = logs.front();
-  c.resources = select_replay_resources(resource_list, c.simulate, "report");
-  return c;
-}
-
-}  // namespace
-
-int run_report(std::span<std::string_view const> args, std::ostream& out)
-{
-  report_command const c = parse(args);
-  std::string const command = command_line("report", args);
-
   staged_file page{c.output};
   log_source log{c.log};
   report_input const input = build_report(log, c.resources, c.simulate, command, out);
@@ -75,6 +35,24 @@ int run_report(std::span<std::string_view const> args, std::ostream& out)
   page.commit();
   out << "wrote " << c.output << '\n';
   return 0;
+}
+
+}  // namespace
+
+command add_report(CLI::App& gpumem)
+{
+  auto const c = std::make_shared<report_command>();
+  CLI::App* const parser = gpumem.add_subcommand(
+    "report", "replay one allocation log against resources and write an HTML page with plots");
+  parser->add_option("LOG", c->log, "the allocation log (RMM CSV, plain or gzip); - for standard input")
+    ->type_name("FILE")
+    ->required();
+  CLI::Option* const resource = add_resource_option(*parser);
+  parser->add_flag("--simulate", c->simulate,
+                   "pool, vmm, arena and binning over a simulated 1 TiB upstream (no memory used)");
+  parser->add_option("-o,--output", c->output, "the page to write (default " + c->output + ")")->type_name("FILE");
+  parser->parse_complete_callback([c, resource] { c->resources = selected_resources(*resource, c->simulate); });
+  return {parser, [c](std::string const& command, std::ostream& out) { return run_report(*c, command, out); }};
 }
 
 }  // namespace gpumem::cli
