@@ -128,8 +128,6 @@ for log in build.log tests.log memcheck.log demo.log vmm.log; do : >"$out/$log";
 if [[ -n $nvsmi ]]; then run_step nvidia-smi build.log "$nvsmi" -L; else fail_step nvidia-smi build.log missing; fi
 
 build_ok=1
-# CLI11 where the machine has none: the copy scripts/vendor_cli11_for_gpu.sh makes in .deps/.
-[[ -d .deps/cli11/share/cmake/CLI11 ]] && cmake_args=("-DCLI11_DIR=$PWD/.deps/cli11/share/cmake/CLI11" "${cmake_args[@]}")
 run_step configure build.log cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DGPUMEM_BUILD_TESTS=ON -DGPUMEM_BUILD_CLI=ON -DGPUMEM_BUILD_PYTHON=ON \
   -DGPUMEM_BUILD_BENCHMARKS=ON -DGPUMEM_WARNINGS_AS_ERRORS=OFF "${cmake_args[@]}" || build_ok=0

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Copies the installed CLI11 (header-only: its headers and its CMake package config, e.g. Debian's
 # libcli11-dev) into .deps/cli11/ of the source tree, for machines that have no CLI11 and no network.
-# The lead carries .deps/ to the GPU machine with the working tree; there, scripts/gpu_check.sh passes
-# -DCLI11_DIR=$PWD/.deps/cli11/share/cmake/CLI11 to cmake whenever that folder exists.
+# Carry .deps/ to such a machine with the working tree: cli/CMakeLists.txt looks there after the standard
+# places, and scripts/setup_deps.sh counts the copy as the package.
 #
 #   bash scripts/vendor_cli11_for_gpu.sh [PREFIX]   # PREFIX: where CLI11 is installed (default /usr)
 set -euo pipefail
