@@ -107,7 +107,7 @@ replay_command parse(std::span<std::string_view const> args)
 /// The replay table's columns (the range column only for several runs).
 text_table replay_table(std::size_t repeats)
 {
-  std::vector<text_column> columns{{"resource", 10, true}, {"ns/op", 9}, {"peak upstream", 14}, {"peak live", 12},
+  std::vector<text_column> columns{{"resource", 11, true}, {"ns/op", 9}, {"peak upstream", 14}, {"peak live", 12},
                                    {"ratio", 8},           {"failures", 9}, {"unknown frees", 14}};
   if (repeats > 1) { columns.push_back({"ns/op min - max", 21}); }
   return text_table{std::move(columns)};

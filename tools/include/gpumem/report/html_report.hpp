@@ -3,6 +3,7 @@
  * `gpumem report`'s page: one self-contained HTML file (inline CSS and SVG, no script, no external
  * resource) that shows how a set of resources served one allocation log:
  *
+ * - a warning under the log's line when report_input::warning says one (a peak above the device's memory);
  * - a summary table per resource: ns per op, peak upstream bytes, peak live bytes, their ratio, failures;
  * - live bytes and each resource's upstream (reserved) bytes over the log's own time, or its operations
  *   (line chart; chosen_timeline_axis);
