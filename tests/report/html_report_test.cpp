@@ -500,6 +500,7 @@ TEST(html_report, the_times_on_a_log_time_axis_read_as_durations)
   std::string const chart = chart_named(charts_of(render_html_report(make_input({r}))), "chart-over-time").text;
   EXPECT_NE(chart.find(">1 s</text>"), std::string::npos) << chart;
   EXPECT_NE(chart.find(">4 s</text>"), std::string::npos);
+  EXPECT_NE(chart.find(">0</text>"), std::string::npos) << "the origin reads 0, in no unit";
 }
 
 TEST(html_report, a_bar_charts_reference_label_sits_in_the_legend_not_over_the_bars)

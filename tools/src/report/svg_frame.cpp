@@ -50,7 +50,7 @@ std::string format_value(double value, value_format format)
   switch (format) {
     case value_format::bytes: return short_bytes(value);
     case value_format::ratio: return short_ratio(value);
-    case value_format::duration: return short_duration(value);
+    case value_format::duration: return value == 0.0 ? "0" : short_duration(value);  // the origin: "0", not "0 ns"
     case value_format::count: break;
   }
   return short_count(value);
