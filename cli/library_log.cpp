@@ -54,4 +54,12 @@ void library_log_summary::report(std::ostream& out, std::string_view what)
   tally_->first.clear();
 }
 
+void library_log_summary::discard()
+{
+  if (!tally_) { return; }
+  std::lock_guard const lock{tally_->mutex};
+  tally_->lines = {};
+  tally_->first.clear();
+}
+
 }  // namespace gpumem::cli

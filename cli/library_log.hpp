@@ -32,6 +32,9 @@ class library_log_summary {
    */
   void report(std::ostream& out, std::string_view what);
 
+  /// Forgets what was logged since the last call, for a run whose failures another line explains.
+  void discard();
+
  private:
   struct tally {
     std::mutex mutex;

@@ -6,15 +6,18 @@
 #include "progress_bar.hpp"
 
 #include <gpumem/device.hpp>
-#include <gpumem/device.hpp>
+#include <gpumem/replay/device_fit.hpp>
 #include <gpumem/replay/replay.hpp>
 #include <gpumem/registry/resource_registry.hpp>
+#include <gpumem/report/text_table.hpp>
 
-#include <cstdio>
+#include <optional>
 #include <filesystem>
 #include <iostream>
 #include <ostream>
 #include <span>
+#include <string>
+#include <vector>
 
 namespace gpumem::cli {
 namespace {
@@ -46,6 +49,25 @@ report_input build_report(log_source& log, std::vector<std::string> const& resou
   };
 
   library_log_summary library_log;
+  text_table const table{{{"resource", 11, true}, {"ns/op", 9}, {"peak upstream", 14}, {"peak live", 12},
+                          {"ratio", 8}, {"failures", 9}}};
+  std::size_t const device_bytes = simulate ? 0 : current_device_memory_bytes();
+  // A peak above the device: one note as soon as the first replay shows it, instead of a summary of each
+  // replay's out-of-memory warnings.
+  bool noted = false;
+  auto const summarise_library_log = [&](replay_result const& done, std::string const& what) {
+    if (auto const note = simulate ? std::nullopt
+                                   : peak_above_device_note(done.peak_live_bytes, device_bytes, done.failures)) {
+      if (!noted) {
+        std::cerr << "gpumem: " << log.name() << ": " << *note << '\n';
+        input.warning = *note;
+      }
+      noted = true;
+      library_log.discard();
+    } else {
+      library_log.report(std::cerr, what);
+    }
+  };
   for (std::string const& name : resources) {
     report_resource entry;
     entry.name = name;
@@ -59,15 +81,15 @@ report_input build_report(log_source& log, std::vector<std::string> const& resou
       entry.result = replay(rows, r, options);
       entry.reserves_upfront = r.reserves_upfront();
       progress.clear();
-      library_log.report(std::cerr, log.name() + " on " + name + " (timing)");
+      summarise_library_log(entry.result, log.name() + " on " + name + " (timing)");
     }
     {
       registry::resource_handle r = registry::make_resource(name, {.simulate = simulate});
       progress_bar progress{log.name() + " on " + name + " (timeline)"};
       allocation_log_reader rows = log.open();
-      (void)replay(rows, r, {.progress = progress.callback(), .timeline = &entry.timeline});
+      replay_result const timed = replay(rows, r, {.progress = progress.callback(), .timeline = &entry.timeline});
       progress.clear();
-      library_log.report(std::cerr, log.name() + " on " + name + " (timeline)");
+      summarise_library_log(timed, log.name() + " on " + name + " (timeline)");
     }
     replay_result const& res = entry.result;
     if (input.resources.empty()) {
@@ -75,20 +97,15 @@ report_input build_report(log_source& log, std::vector<std::string> const& resou
       input.log_peak_live_bytes = res.peak_live_bytes;
       out << "log: " << log.name() << " (" << res.events << " events, peak live " << compact_bytes(res.peak_live_bytes)
           << (simulate ? "; simulated upstream" : "") << ")\n";
-      char header[160];
-      std::snprintf(header, sizeof header, "%-11s %9s %14s %12s %8s %9s\n", "resource", "ns/op", "peak upstream",
-                    "peak live", "ratio", "failures");
-      out << header;
+      out << table.header();
     }
-    char ratio[32] = "-";
-    if (res.fragmentation) {
-      std::snprintf(ratio, sizeof ratio, "%.3f%s", *res.fragmentation, entry.reserves_upfront ? "*" : "");
-    }
-    char row[200];
-    std::snprintf(row, sizeof row, "%-11s %9.1f %14s %12s %8s %9zu\n", name.c_str(), res.ns_per_op,
-                  compact_bytes(res.peak_upstream_bytes.value_or(0)).c_str(),
-                  compact_bytes(res.peak_live_bytes).c_str(), ratio, res.failures);
-    out << row;
+    bool const upfront = entry.reserves_upfront;
+    std::string const ratio =
+      res.fragmentation ? fit_number(*res.fragmentation, 3, upfront ? 7 : 8) + (upfront ? "*" : "") : "-";
+    out << table.row(std::vector<std::string>{name, fit_number(res.ns_per_op, 1, 9),
+                                              compact_bytes(res.peak_upstream_bytes.value_or(0)),
+                                              compact_bytes(res.peak_live_bytes), ratio,
+                                              fit_number(static_cast<double>(res.failures), 0, 9)});
     out.flush();
     input.resources.push_back(std::move(entry));
   }

@@ -17,7 +17,9 @@ namespace gpumem::cli {
 /**
  * @brief The report's data for `log` on `resources` (names from the replay registry), printing to `out` the
  * line "log: NAME (N events, peak live X)" once the first replay is done, then one table row per resource
- * as it goes (with a progress bar on a terminal). What the library logs is summarised after each replay.
+ * as it goes (with a progress bar on a terminal). What the library logs is summarised after each replay;
+ * without `simulate`, a log whose peak is above the device's memory gets one note on stderr after the
+ * first replay (replay/device_fit.hpp) instead of the summaries of its out-of-memory warnings.
  * @throws what registry::make_resource and replay throw.
  */
 [[nodiscard]] report_input build_report(log_source& log, std::vector<std::string> const& resources, bool simulate,

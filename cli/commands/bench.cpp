@@ -13,6 +13,7 @@
 #include <gpumem/bench/workload.hpp>
 #include <gpumem/cuda_stream_pool.hpp>
 #include <gpumem/registry/resource_registry.hpp>
+#include <gpumem/report/text_table.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -51,6 +52,14 @@ struct row {
   std::string failure;  // empty: measured
 };
 
+/// The bench table's columns.
+text_table const& bench_table()
+{
+  static text_table const table{{{"workload", 14, true}, {"resource", 11, true}, {"ns/op", 10}, {"min", 10},
+                                 {"max", 10}, {"peak upstream", 14}, {"peak live", 12}, {"ratio", 8}}};
+  return table;
+}
+
 void print_failure(row const& r, bool csv, std::ostream& out)
 {
   if (csv) {
@@ -75,22 +84,20 @@ void print(row const& r, bool csv, std::ostream& out)
   if (r.peak_upstream && r.m.peak_live_bytes > 0 && !r.reserves_upfront) {
     ratio = static_cast<double>(*r.peak_upstream) / static_cast<double>(r.m.peak_live_bytes);
   }
-  char line[320];
   if (csv) {
     std::string const upstream = r.peak_upstream ? std::to_string(*r.peak_upstream) : "";
     std::string const fragmentation = ratio ? std::to_string(*ratio) : "";
+    char line[320];
     std::snprintf(line, sizeof line, "%s,%s,%.2f,%.2f,%.2f,%zu,%zu,%s,%zu,%s,\n", csv_field(r.workload).c_str(),
                   csv_field(r.resource).c_str(), median, *min_it, *max_it, r.m.ns_per_op.size(), r.m.ops_per_pass,
                   upstream.c_str(), r.m.peak_live_bytes, fragmentation.c_str());
+    out << line;
   } else {
-    char ratio_text[32] = "-";
-    if (ratio) { std::snprintf(ratio_text, sizeof ratio_text, "%.3f", *ratio); }
-    std::snprintf(line, sizeof line, "%-14s %-11s %10.1f %10.1f %10.1f %14s %12s %8s\n", r.workload.c_str(),
-                  r.resource.c_str(), median, *min_it, *max_it,
-                  r.peak_upstream ? compact_bytes(*r.peak_upstream).c_str() : "-",
-                  compact_bytes(r.m.peak_live_bytes).c_str(), ratio_text);
+    out << bench_table().row(std::vector<std::string>{
+      r.workload, r.resource, fit_number(median, 1, 10), fit_number(*min_it, 1, 10), fit_number(*max_it, 1, 10),
+      r.peak_upstream ? compact_bytes(*r.peak_upstream) : "-", compact_bytes(r.m.peak_live_bytes),
+      ratio ? fit_number(*ratio, 3, 8) : "-"});
   }
-  out << line;
   out.flush();
 }
 
@@ -111,10 +118,7 @@ int run_bench(bench_command const& c, std::ostream& out)
   } else {
     out << "gpumem bench: median of " << c.repeats << " timed passes after an untimed verification pass"
         << (c.quick ? " (--quick: small workloads)" : "") << "\n";
-    char header[200];
-    std::snprintf(header, sizeof header, "%-14s %-11s %10s %10s %10s %14s %12s %8s\n", "workload", "resource",
-                  "ns/op", "min", "max", "peak upstream", "peak live", "ratio");
-    out << header;
+    out << bench_table().header();
   }
 
   cuda_stream_pool streams{16};

@@ -3,7 +3,9 @@
 // replays allocation logs against resources by name and prints one table per log (docs/formats.md). Each run
 // streams the log (a pipe or standard input is copied on its first pass when there are more runs). The
 // reading, the replay and the resources are the library's (replay/log_source.hpp, replay/replay.hpp,
-// registry/resource_registry.hpp); this file declares the command line and formats the results.
+// registry/resource_registry.hpp); this file declares the command line and formats the results. A log whose
+// peak is above the device's memory gets one note on stderr after its first run (replay/device_fit.hpp)
+// instead of a summary of each run's out-of-memory warnings.
 #include "commands.hpp"
 #include "compact_bytes.hpp"
 #include "csv_field.hpp"
@@ -11,9 +13,11 @@
 #include "progress_bar.hpp"
 
 #include <gpumem/bench/measure.hpp>
+#include <gpumem/replay/device_fit.hpp>
 #include <gpumem/replay/log_source.hpp>
 #include <gpumem/replay/replay.hpp>
 #include <gpumem/registry/resource_registry.hpp>
+#include <gpumem/report/text_table.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -26,7 +30,6 @@
 #include <memory>
 #include <optional>
 #include <ostream>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,13 +51,13 @@ struct replay_command {
   std::size_t vmm_mapping_divisor{registry::resource_options{}.vmm_mapping_divisor};  // --mapping-divisor: 1/N of the pool
 };
 
-void print_table_header(std::ostream& out, std::size_t repeats)
+/// The replay table's columns (the range column only for several runs).
+text_table replay_table(std::size_t repeats)
 {
-  out << std::left << std::setw(11) << "resource" << std::right << std::setw(10) << "ns/op" << std::setw(15)
-      << "peak upstream" << std::setw(13) << "peak live" << std::setw(9) << "ratio" << std::setw(10) << "failures"
-      << std::setw(15) << "unknown frees";
-  if (repeats > 1) { out << std::setw(22) << "ns/op min - max"; }
-  out << '\n';
+  std::vector<text_column> columns{{"resource", 11, true}, {"ns/op", 9}, {"peak upstream", 14}, {"peak live", 12},
+                                   {"ratio", 8},           {"failures", 9}, {"unknown frees", 14}};
+  if (repeats > 1) { columns.push_back({"ns/op min - max", 21}); }
+  return text_table{std::move(columns)};
 }
 
 /// The median, lowest and highest ns/op of a resource's runs.
@@ -79,6 +82,8 @@ int run_replay(replay_command const& c, std::ostream& out)
            "log_failures,log_failures_reproduced,reserves_upfront,runs,ns_per_op_min,ns_per_op_max\n";
   }
   library_log_summary library_log;
+  text_table const table = replay_table(c.repeats);
+  std::size_t const device_bytes = c.simulate ? 0 : current_device_memory_bytes();
   for (std::string const& path : c.logs) {
     log_source source{path, c.resources.size() * c.repeats > 1 ? log_passes::many : log_passes::one};
     // Every run on a fresh resource; the resources take turns (pool, vmm, pool, vmm, ...), so that a slow
@@ -98,7 +103,16 @@ int run_replay(replay_command const& c, std::ostream& out)
         allocation_log_reader log = source.open();
         runs[i].push_back(replay(log, r, {.progress = progress.callback()}));
         progress.clear();
-        library_log.report(std::cerr, label);
+        // A peak above the device: one note as soon as the first run shows it, instead of a summary of
+        // each run's out-of-memory warnings.
+        replay_result const& done = runs[i].back();
+        if (auto const note = c.simulate ? std::nullopt
+                                         : peak_above_device_note(done.peak_live_bytes, device_bytes, done.failures)) {
+          if (run == 0 && i == 0) { std::cerr << "gpumem: " << source.name() << ": " << *note << '\n'; }
+          library_log.discard();
+        } else {
+          library_log.report(std::cerr, label);
+        }
         upfront[i] = r.reserves_upfront();
       }
     }
@@ -107,8 +121,8 @@ int run_replay(replay_command const& c, std::ostream& out)
       out << "log: " << source.name() << " (" << any.events << " events, peak live "
           << compact_bytes(any.peak_live_bytes) << (c.simulate ? "; simulated upstream" : "")
           << (c.repeats > 1 ? "; ns/op: median of " + std::to_string(c.repeats) + " runs, taking turns" : "") << ")\n";
-      print_table_header(out, c.repeats);
     }
+    if (!c.csv) { out << table.header(); }
     bool any_upfront = false;
     for (std::size_t i = 0; i < c.resources.size(); ++i) {
       std::string const& name = c.resources[i];
@@ -124,23 +138,18 @@ int run_replay(replay_command const& c, std::ostream& out)
             << (upfront[i] ? 1 : 0) << ',' << c.repeats << ',' << std::setprecision(1) << t.min << ',' << t.max
             << '\n';
       } else {
-        std::ostringstream ratio;
-        if (result.fragmentation) {
-          ratio << std::fixed << std::setprecision(3) << *result.fragmentation << (upfront[i] ? "*" : "");
-        } else {
-          ratio << '-';
-        }
-        std::ostringstream ns;
-        ns << std::fixed << std::setprecision(1) << t.median;
-        out << std::left << std::setw(11) << name << std::right << std::setw(10) << ns.str() << std::setw(15)
-            << compact_bytes(upstream) << std::setw(13) << compact_bytes(result.peak_live_bytes) << std::setw(9)
-            << ratio.str() << std::setw(10) << result.failures << std::setw(15) << result.unknown_frees;
-        if (c.repeats > 1) {
-          std::ostringstream range;
-          range << std::fixed << std::setprecision(1) << t.min << " - " << t.max;
-          out << std::setw(22) << range.str();
-        }
-        out << '\n';
+        std::string const ratio = result.fragmentation
+                                    ? fit_number(*result.fragmentation, 3, upfront[i] ? 7 : 8) + (upfront[i] ? "*" : "")
+                                    : "-";
+        std::vector<std::string> cells{name,
+                                       fit_number(t.median, 1, 9),
+                                       compact_bytes(upstream),
+                                       compact_bytes(result.peak_live_bytes),
+                                       ratio,
+                                       fit_number(static_cast<double>(result.failures), 0, 9),
+                                       fit_number(static_cast<double>(result.unknown_frees), 0, 14)};
+        if (c.repeats > 1) { cells.push_back(fit_number(t.min, 1, 9) + " - " + fit_number(t.max, 1, 9)); }
+        out << table.row(cells);
       }
       out.flush();
     }

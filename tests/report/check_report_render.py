@@ -4,11 +4,17 @@
     check_report_render.py GPUMEM_CLI LOG WORKDIR [--html PAGE] [--resources pool,arena,binning]
 
 Runs `GPUMEM_CLI report LOG --simulate -o WORKDIR/report.html` (or takes PAGE as it is with --html), then
-Chromium twice: --dump-dom (the page parses: the chart ids, the summary table and every resource name are
-in the DOM) and --screenshot at 1280x4000 into WORKDIR/report.png, which is decoded here (zlib only, no
-imaging library) and checked: its size, that it is not blank, and that pixels of each series' colour (read
-from the page's own stroke/fill attributes) are on it, so the charts were drawn. The screenshot stays for a
-person to look at; its path is printed.
+Chromium three times:
+- on a copy of the page with a script added at its end (WORKDIR/report-geometry.html; the page itself has
+  none), --dump-dom: the script measures every chart's rendered text and bars (getBoundingClientRect) and
+  writes what overlaps into the DOM: no label may cover a bar, nor another label (rotated labels are
+  checked against bars only: their bounding boxes are not their shapes);
+- --dump-dom on the page: it parses, the chart ids, the summary table and every resource name are in it;
+- --screenshot at 1280x4000 into WORKDIR/report.png, which is decoded here (zlib only, no imaging library)
+  and checked: its size, that it is not blank, and that pixels of each series' colour (read from the
+  page's own stroke/fill attributes) are on it, so the charts were drawn.
+The screenshot stays for a person to look at; its path is printed. With --geometry-only, only the first
+check runs (on any page with charts: tests use it to show that an overlap is caught).
 
 Exit status: 0 passed; 1 failed (the message says what); 77 no Chromium found (chromium, chromium-browser,
 google-chrome), reported as skipped by ctest, unless GPUMEM_REQUIRE_CHROMIUM=1 makes that a failure too.
@@ -17,6 +23,7 @@ Standard library only.
 
 import argparse
 import collections
+import json
 import os
 import pathlib
 import re
@@ -26,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import zlib
+from html import unescape as html_unescape
 
 WIDTH, HEIGHT = 1280, 4000
 CHART_IDS = ("chart-over-time", "chart-fragmentation", "chart-sizes", "chart-latency")
@@ -176,6 +184,79 @@ def series_colours(html):
     return colours
 
 
+# Added at the end of a copy of the page: measures what Chromium laid out and writes the overlaps into a
+# <pre id="geometry-report"> as JSON. Boxes are in CSS pixels; touching edges (and overlaps under half a
+# pixel: anti-aliasing) do not count.
+GEOMETRY_SCRIPT = """<script>
+(function () {
+  function overlap(a, b) {
+    var w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+    var h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+    return w > 0.5 && h > 0.5;
+  }
+  function describe(e) {
+    var chart = e.closest('svg');
+    var what = e.tagName === 'text' ? 'label "' + e.textContent + '"'
+                                    : 'bar ' + (e.getAttribute('data-series') || '') + ' ' + (e.getAttribute('data-category') || '');
+    return (chart ? chart.id : '?') + ': ' + what;
+  }
+  var problems = [], texts_checked = 0, bars_checked = 0;
+  var charts = document.querySelectorAll('svg');
+  for (var c = 0; c < charts.length; ++c) {
+    var bars = [], texts = [];
+    charts[c].querySelectorAll('rect.bar').forEach(function (r) {
+      var box = r.getBoundingClientRect();
+      if (box.width > 0 && box.height > 0.5) bars.push([r, box]);
+    });
+    charts[c].querySelectorAll('text').forEach(function (t) {
+      var box = t.getBoundingClientRect();
+      if (t.textContent.trim() !== '' && box.width > 0 && box.height > 0) texts.push([t, box]);
+    });
+    bars_checked += bars.length;
+    texts_checked += texts.length;
+    for (var i = 0; i < texts.length; ++i) {
+      for (var j = 0; j < bars.length; ++j) {
+        if (overlap(texts[i][1], bars[j][1])) problems.push(describe(texts[i][0]) + ' overlaps ' + describe(bars[j][0]));
+      }
+      var rotated = (texts[i][0].getAttribute('transform') || '').indexOf('rotate') >= 0;
+      for (var k = i + 1; k < texts.length && !rotated; ++k) {
+        if ((texts[k][0].getAttribute('transform') || '').indexOf('rotate') >= 0) continue;
+        if (overlap(texts[i][1], texts[k][1])) problems.push(describe(texts[i][0]) + ' overlaps ' + describe(texts[k][0]));
+      }
+    }
+  }
+  var out = document.createElement('pre');
+  out.id = 'geometry-report';
+  out.textContent = JSON.stringify({charts: charts.length, texts: texts_checked, bars: bars_checked, problems: problems});
+  document.body.appendChild(out);
+})();
+</script>"""
+
+
+def check_geometry(page, workdir, chromium, profile):
+    """Fails when a chart's label covers a bar or another label, as Chromium lays the page out."""
+    html = page.read_text(encoding="utf-8")
+    if "</body>" not in html:
+        raise CheckFailed(f"{page} has no </body>")
+    probe = workdir / "report-geometry.html"
+    probe.write_text(html.replace("</body>", GEOMETRY_SCRIPT + "\n</body>", 1), encoding="utf-8")
+    dom = run(chromium_command(chromium, profile, f"--window-size={WIDTH},{HEIGHT}", "--dump-dom", probe.as_uri()),
+              "chromium --dump-dom (geometry)").decode("utf-8", errors="replace")
+    found = re.search(r'<pre id="geometry-report">(.*?)</pre>', dom, re.S)
+    if not found:
+        raise CheckFailed("the geometry script wrote no report (did the page's scripts run?)")
+    report = json.loads(html_unescape(found.group(1)))
+    if report["charts"] == 0 or report["texts"] == 0:
+        raise CheckFailed(f"the geometry script found nothing to measure: {report}")
+    if report["problems"]:
+        shown = "\n  ".join(report["problems"][:20])
+        more = len(report["problems"]) - 20
+        raise CheckFailed(f"{len(report['problems'])} overlaps in the rendered charts:\n  {shown}"
+                          + (f"\n  ... and {more} more" if more > 0 else ""))
+    print(f"check_report_render: geometry: {report['texts']} labels and {report['bars']} bars in "
+          f"{report['charts']} charts, no overlap")
+
+
 def check(args, chromium, profile):
     workdir = pathlib.Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -189,6 +270,9 @@ def check(args, chromium, profile):
         run([args.cli, "report", args.log, "--simulate", "-o", str(page)], "gpumem report" + env_note)
     if not page.is_file():
         raise CheckFailed(f"no page at {page}")
+    check_geometry(page, workdir, chromium, profile)
+    if args.geometry_only:
+        return
     html = page.read_text(encoding="utf-8")
     expected = [r for r in args.resources.split(",") if r]
 
@@ -243,6 +327,8 @@ def main():
     parser.add_argument("log", help="the allocation log to report on")
     parser.add_argument("workdir", help="where the page and the screenshot go (kept for a person to look at)")
     parser.add_argument("--html", help="check this page instead of running `gpumem report`")
+    parser.add_argument("--geometry-only", action="store_true",
+                        help="check only that no label overlaps a bar or another label")
     parser.add_argument("--resources", default="pool,arena,binning",
                         help="the resources the page must show (default: those --simulate replays)")
     args = parser.parse_args()

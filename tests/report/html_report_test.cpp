@@ -105,7 +105,7 @@ std::optional<double> number(std::string_view text)
 std::vector<std::pair<std::string, std::map<std::string, std::string>>> elements(std::string const& svg)
 {
   static std::regex const tag_re{R"(<([a-zA-Z]+)([^>]*)>)"};
-  static std::regex const attr_re{R"(([a-zA-Z:-]+)=\"([^\"]*)\")"};
+  static std::regex const attr_re{R"(([a-zA-Z][a-zA-Z0-9:-]*)=\"([^\"]*)\")"};
   std::vector<std::pair<std::string, std::map<std::string, std::string>>> result;
   for (auto it = std::sregex_iterator(svg.begin(), svg.end(), tag_re); it != std::sregex_iterator{}; ++it) {
     std::map<std::string, std::string> attrs;
@@ -389,7 +389,9 @@ TEST(html_report, bars_are_proportional_to_their_values)
   // Latency: three resources' buckets 6..9 grouped; 40 is four times 10.
   auto const latency = bars_of(chart_named(charts, "chart-latency"));
   ASSERT_EQ(latency.size(), 4U * 3U);
-  EXPECT_NEAR(latency[3].second / latency[0].second, 4.0, 0.01) << "the first resource's 64 ns and 128 ns buckets";
+  // On a log scale from 1/2: heights go as log(count / 0.5).
+  EXPECT_NEAR(latency[3].second / latency[0].second, std::log(80.0) / std::log(20.0), 0.01)
+    << "the first resource's 64 ns and 128 ns buckets";
   EXPECT_NE(chart_named(charts, "chart-latency").text.find(">64 ns<"), std::string::npos);
 }
 
@@ -412,6 +414,105 @@ TEST(html_report, lines_follow_the_samples_and_stay_in_the_frame)
   }
   std::sort(colours.begin(), colours.end());
   EXPECT_EQ(std::adjacent_find(colours.begin(), colours.end()), colours.end());
+}
+
+TEST(html_report, latency_chart_marks_p50_and_p99_and_counts_on_a_log_scale)
+{
+  report_input const input = make_input({make_resource("pool", 1.5, 20), make_resource("binning", 3.0, 20)});
+  std::string const page = render_html_report(input);
+  auto const charts = charts_of(page);
+  svg_chart const& latency = chart_named(charts, "chart-latency");
+  // Buckets 6 (10 calls), 7 (40) and 9 (5): the median (rank 28) is in bucket 7, p99 (rank 55) in bucket 9.
+  std::map<std::string, double> marker_x;
+  std::vector<double> bar_x;
+  for (auto const& [tag, attrs] : elements(latency.text)) {
+    if (tag == "line" && attrs.count("data-marker") != 0U) {
+      marker_x[attrs.at("data-series") + " " + attrs.at("data-marker")] = number(attrs.at("x1")).value_or(-1);
+      EXPECT_EQ(attrs.at("x1"), attrs.at("x2")) << "a vertical line";
+    }
+    if (tag == "rect" && attrs.count("data-value") != 0U && attrs.at("data-series") == "pool") {
+      bar_x.push_back(number(attrs.at("x")).value_or(-1));
+    }
+  }
+  ASSERT_EQ(marker_x.size(), 4U) << "p50 and p99 of each resource";
+  ASSERT_EQ(bar_x.size(), 4U) << "buckets 6 to 9";
+  EXPECT_GT(marker_x["pool p50"], bar_x[1]) << "p50 lies in the 128 ns bucket";
+  EXPECT_LT(marker_x["pool p50"], bar_x[2]);
+  EXPECT_GT(marker_x["pool p99"], bar_x[3]) << "p99 lies in the 512 ns bucket";
+  EXPECT_LT(marker_x["pool p99"], latency.width);
+  EXPECT_NE(latency.text.find("(p50 173 ns, p99 955 ns)"), std::string::npos) << "the legend gives both";
+  // The counts' axis has ticks at powers of ten.
+  for (std::string_view const tick : {">1</text>", ">10</text>", ">100</text>"}) {
+    EXPECT_NE(latency.text.find(tick), std::string::npos) << tick;
+  }
+  // And the table under the chart.
+  std::size_t const table = page.find("<table id=\"latency-table\">");
+  ASSERT_NE(table, std::string::npos);
+  std::string const rows = page.substr(table, page.find("</table>", table) - table);
+  EXPECT_NE(rows.find("binning</td><td class=\"num\">173 ns</td><td class=\"num\">955 ns</td><td class=\"num\">55<"),
+            std::string::npos)
+    << rows;
+}
+
+TEST(html_report, a_warning_shows_under_the_log_line_escaped)
+{
+  report_input input = make_input({make_resource("pool", 1.5, 20)});
+  EXPECT_EQ(render_html_report(input).find("id=\"report-warning\""), std::string::npos) << "none without one";
+  input.warning = "the log's peak <is> above the device";
+  std::string const page = render_html_report(input);
+  EXPECT_NE(page.find("<p class=\"warning\" id=\"report-warning\">Note: the log&#39;s peak &lt;is&gt; above the device</p>"),
+            std::string::npos);
+  check_page(page, input);
+}
+
+TEST(html_report, charts_over_time_use_the_logs_time_when_it_rises)
+{
+  report_input input = make_input({make_resource("pool", 1.5, 20)});
+  EXPECT_EQ(chosen_timeline_axis(input), timeline_axis::log_time);
+  auto const label_of = [](report_input const& in, std::string_view id) {
+    return chart_named(charts_of(render_html_report(in)), id).text;
+  };
+  EXPECT_NE(label_of(input, "chart-over-time").find(">time in the log (its Time column, from the first row)<"),
+            std::string::npos);
+  EXPECT_NE(label_of(input, "chart-fragmentation-over-time").find(">time in the log"), std::string::npos);
+
+  input.over_time_axis = timeline_axis::operations;
+  EXPECT_EQ(chosen_timeline_axis(input), timeline_axis::operations);
+  EXPECT_NE(label_of(input, "chart-over-time").find(">operations replayed<"), std::string::npos);
+
+  // A log without times (every row at 0), or with times out of order: operations, and the caption says why.
+  input.over_time_axis = timeline_axis::automatic;
+  for (auto& s : input.resources.front().timeline.samples) { s.log_time_ns = 0; }
+  EXPECT_EQ(chosen_timeline_axis(input), timeline_axis::operations);
+  EXPECT_NE(render_html_report(input).find("carry no times that rise"), std::string::npos);
+  input.resources.front().timeline.samples[5].log_time_ns = 100;
+  input.resources.front().timeline.samples.back().log_time_ns = 200;
+  EXPECT_EQ(chosen_timeline_axis(input), timeline_axis::operations) << "a time that falls";
+  EXPECT_EQ(chosen_timeline_axis(make_input({})), timeline_axis::operations);
+}
+
+TEST(html_report, the_times_on_a_log_time_axis_read_as_durations)
+{
+  report_resource r = make_resource("pool", 1.5, 20);
+  for (std::size_t i = 0; i < r.timeline.samples.size(); ++i) {
+    r.timeline.samples[i].log_time_ns = static_cast<std::int64_t>(i) * 250'000'000;  // 0 to 4.75 s
+  }
+  std::string const chart = chart_named(charts_of(render_html_report(make_input({r}))), "chart-over-time").text;
+  EXPECT_NE(chart.find(">1 s</text>"), std::string::npos) << chart;
+  EXPECT_NE(chart.find(">4 s</text>"), std::string::npos);
+  EXPECT_NE(chart.find(">0</text>"), std::string::npos) << "the origin reads 0, in no unit";
+}
+
+TEST(html_report, a_bar_charts_reference_label_sits_in_the_legend_not_over_the_bars)
+{
+  report_input const input = make_input({make_resource("pool", 1.5, 20), make_resource("binning", 3.0, 20)});
+  std::string const frag = chart_named(charts_of(render_html_report(input)), "chart-fragmentation").text;
+  std::size_t const label = frag.find(">1× = no overhead<");
+  ASSERT_NE(label, std::string::npos);
+  std::size_t const group = frag.rfind("<g class=\"legend\"", label);
+  ASSERT_NE(group, std::string::npos);
+  EXPECT_EQ(frag.find("</g>", group), frag.find("</g>", label)) << "the label is inside a legend entry";
+  EXPECT_EQ(frag.find("1× = no overhead", label + 2), std::string::npos) << "and nowhere else";
 }
 
 TEST(html_report, bytes_up_to_2_to_the_64_keep_a_unit)

@@ -41,6 +41,7 @@ figure { margin: .8em 0 1.4em; }
 figcaption { font-size: 13px; color: #555; margin-top: .2em; }
 svg.chart { display: block; height: auto; }
 .note { font-size: 13px; color: #555; }
+.warning { background: #fff4e0; border-left: 4px solid #e08a00; padding: 6px 10px; }
 footer { margin-top: 2.5em; font-size: 12px; color: #888; }
 )";
 
@@ -53,6 +54,9 @@ void append_header(std::string& out, report_input const& input)
          std::to_string(input.log_events) + " events over " +
          detail::short_duration(static_cast<double>(input.log_duration_ns)) + ", peak live " +
          short_bytes(as_double(input.log_peak_live_bytes)) + ".</p>\n";
+  if (!input.warning.empty()) {
+    out += "<p class=\"warning\" id=\"report-warning\">Note: " + xml_escape(input.warning) + "</p>\n";
+  }
   out += "<p class=\"meta\">Environment: " + xml_escape(input.environment) + "</p>\n";
   out += "<p class=\"meta\">Command: <code>" + xml_escape(input.command) + "</code></p>\n";
 }

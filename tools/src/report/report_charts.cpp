@@ -6,8 +6,11 @@
 #include "report/report_format.hpp"
 #include "report/svg_chart.hpp"
 
+#include <gpumem/replay/latency_percentile.hpp>
+
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -50,6 +53,26 @@ std::size_t max_upstream(report_resource const& r)
   return max;
 }
 
+/// The x of a sample on the charts over time, and how the axis reads.
+struct over_time_x {
+  bool log_time;
+
+  [[nodiscard]] double of(replay_timeline::sample const& s) const
+  {
+    return log_time ? static_cast<double>(s.log_time_ns) : as_double(s.op);
+  }
+  [[nodiscard]] value_format format() const { return log_time ? value_format::duration : value_format::count; }
+  [[nodiscard]] std::string label() const
+  {
+    return log_time ? "time in the log (its Time column, from the first row)" : "operations replayed";
+  }
+};
+
+over_time_x over_time_x_of(report_input const& input)
+{
+  return {chosen_timeline_axis(input) == timeline_axis::log_time};
+}
+
 }  // namespace
 
 std::string resource_colour(std::size_t index)
@@ -62,13 +85,14 @@ std::string resource_colour(std::size_t index)
 
 void append_over_time_section(std::string& out, report_input const& input)
 {
+  over_time_x const x = over_time_x_of(input);
   line_chart chart{.id = "chart-over-time", .title = "Live and reserved bytes over the replay",
-                   .x_label = "operations replayed", .y_label = "bytes", .series = {}};
+                   .x_label = x.label(), .x_format = x.format(), .y_label = "bytes", .series = {}};
   double others_max = 0.0;
   line_series live{.name = "live", .colour = std::string{live_colour}, .points = {}};
   if (!input.resources.empty()) {
     for (auto const& s : input.resources.front().timeline.samples) {
-      live.points.emplace_back(as_double(s.op), as_double(s.live_bytes));
+      live.points.emplace_back(x.of(s), as_double(s.live_bytes));
       others_max = std::max(others_max, as_double(s.live_bytes));
     }
   }
@@ -80,7 +104,7 @@ void append_over_time_section(std::string& out, report_input const& input)
     report_resource const& r = input.resources[i];
     line_series series{.name = r.name, .colour = resource_colour(i), .points = {}, .dashed = r.reserves_upfront};
     for (auto const& s : r.timeline.samples) {
-      series.points.emplace_back(as_double(s.op), as_double(s.upstream_bytes));
+      series.points.emplace_back(x.of(s), as_double(s.upstream_bytes));
     }
     double const max = as_double(max_upstream(r));
     if (r.reserves_upfront && others_max > 0.0 && max > off_scale_factor * others_max) {
@@ -95,8 +119,13 @@ void append_over_time_section(std::string& out, report_input const& input)
   if (clipped) { chart.y_limit = others_max * 1.15; }
   out += "<h2>Live and reserved bytes over time</h2>\n";
   append_figure(out, render_svg(chart),
-                "Bytes the log holds live (dark grey; as replayed on the first resource) and bytes each resource holds "
-                "from its upstream, sampled along the replay. Dashed: a resource that reserves up front.");
+                std::string{"Bytes the log holds live (dark grey; as replayed on the first resource) and bytes each "
+                            "resource holds from its upstream, sampled along the replay, "} +
+                  (x.log_time ? "at the time the log gives each sampled row (its Time column): the program's own "
+                                "pace, idle spells included."
+                              : "per operation replayed (the log's rows carry no times that rise, so its own time "
+                                "cannot be the axis).") +
+                  " Dashed: a resource that reserves up front.");
 }
 
 void append_fragmentation_section(std::string& out, report_input const& input)
@@ -123,8 +152,9 @@ void append_fragmentation_section(std::string& out, report_input const& input)
   }
   bars.series.push_back(std::move(ratio));
 
+  over_time_x const x = over_time_x_of(input);
   line_chart lines{.id = "chart-fragmentation-over-time", .title = "Upstream bytes / peak live bytes so far",
-                   .x_label = "operations replayed", .y_label = "upstream / peak live so far (log2)",
+                   .x_label = x.label(), .x_format = x.format(), .y_label = "upstream / peak live so far (log2)",
                    .y_format = value_format::ratio, .series = {}, .reference_y = 1.0,
                    .reference_label = "1×", .y_limit = {}, .log2_y = true};
   for (std::size_t i = 0; i < input.resources.size(); ++i) {
@@ -137,7 +167,7 @@ void append_fragmentation_section(std::string& out, report_input const& input)
     for (auto const& s : r.timeline.samples) {
       peak_live = std::max(peak_live, s.live_bytes);
       if (peak_live > 0) {
-        series.points.emplace_back(as_double(s.op), as_double(s.upstream_bytes) / as_double(peak_live));
+        series.points.emplace_back(x.of(s), as_double(s.upstream_bytes) / as_double(peak_live));
       }
     }
     lines.series.push_back(std::move(series));
@@ -188,8 +218,8 @@ void append_latency_section(std::string& out, report_input const& input)
 {
   bar_chart chart{.id = "chart-latency", .title = "Time per operation, per resource", .categories = {},
                   .x_label = "time of one allocate or deallocate (log2 bucket: [t, 2 × t))",
-                  .y_label = "operations", .y_format = value_format::count, .series = {},
-                  .legend = true, .height = 360.0};
+                  .y_label = "operations (log scale)", .y_format = value_format::count, .series = {},
+                  .legend = true, .log_y = true, .height = 360.0};
   std::array<std::size_t, replay_timeline::latency_buckets> any{};
   for (report_resource const& r : input.resources) {
     for (std::size_t b = 0; b < any.size(); ++b) { any[b] += r.timeline.latency_histogram[b]; }
@@ -198,21 +228,66 @@ void append_latency_section(std::string& out, report_input const& input)
   if (range) {
     for (std::size_t b = range->first; b <= range->second; ++b) { chart.categories.push_back(pow2_ns_label(b)); }
   }
+  std::string table = "<table id=\"latency-table\">\n<thead><tr><th>Resource</th><th class=\"num\">p50</th>"
+                      "<th class=\"num\">p99</th><th class=\"num\">Operations timed</th></tr></thead>\n<tbody>\n";
   for (std::size_t i = 0; i < input.resources.size(); ++i) {
-    bar_series series{.name = input.resources[i].name, .colour = resource_colour(i), .values = {}};
+    report_resource const& r = input.resources[i];
+    bar_series series{.name = r.name, .colour = resource_colour(i), .values = {}};
+    std::size_t timed = 0;
+    for (std::size_t const c : r.timeline.latency_histogram) { timed += c; }
     if (range) {
       for (std::size_t b = range->first; b <= range->second; ++b) {
-        series.values.push_back(as_double(input.resources[i].timeline.latency_histogram[b]));
+        series.values.push_back(as_double(r.timeline.latency_histogram[b]));
       }
     }
+    std::optional<double> const p50 = latency_percentile(r.timeline, 0.50);
+    std::optional<double> const p99 = latency_percentile(r.timeline, 0.99);
+    std::string note;
+    if (p50 && p99 && range) {
+      note = "p50 " + short_duration(*p50) + ", p99 " + short_duration(*p99);
+      // Category c is bucket range->first + c, spanning [c, c + 1): a time t sits at log2(t) - range->first.
+      auto const position = [&range](double ns) { return std::log2(std::max(ns, 1.0)) - as_double(range->first); };
+      chart.markers.push_back({position(*p50), r.name, "p50", resource_colour(i), "6 3"});
+      chart.markers.push_back({position(*p99), r.name, "p99", resource_colour(i), "2 3"});
+    }
+    chart.legend_notes.push_back(note.empty() ? note : "(" + note + ")");
+    table += "<tr><td><span class=\"swatch\" style=\"background:" + resource_colour(i) + "\"></span>" +
+             xml_escape(r.name) + "</td><td class=\"num\">" + (p50 ? short_duration(*p50) : "-") +
+             "</td><td class=\"num\">" + (p99 ? short_duration(*p99) : "-") + "</td><td class=\"num\">" +
+             std::to_string(timed) + "</td></tr>\n";
     chart.series.push_back(std::move(series));
   }
+  if (input.resources.empty()) { table += "<tr><td colspan=\"4\">No resource was replayed.</td></tr>\n"; }
+  table += "</tbody>\n</table>\n";
   out += "<h2>Latency</h2>\n";
   append_figure(out, render_svg(chart),
                 "Each allocate and deallocate call of the replay with a timeline, timed on its own with "
                 "<code>std::chrono::steady_clock</code>: every figure includes one steady_clock read per operation, "
                 "so these times run above the summary's ns/op. Buckets are powers of two: the bar labelled 1 µs "
-                "counts calls that took from 1024 ns up to, not including, 2048 ns.");
+                "counts calls that took from 1024 ns up to, not including, 2048 ns. Counts are on a log scale, so "
+                "that the few slow calls show beside the many fast ones. Dashed line: a resource's median (p50); "
+                "dotted line: its 99th percentile (p99), estimated inside its bucket.");
+  out += table;
+  out += "<p class=\"note\">p50 and p99: the time under which half, and 99 in 100, of the calls took; read off "
+         "the power-of-two buckets above, so within a factor of two.</p>\n";
 }
 
 }  // namespace gpumem::detail
+
+namespace gpumem {
+
+timeline_axis chosen_timeline_axis(report_input const& input)
+{
+  if (input.over_time_axis != timeline_axis::automatic) { return input.over_time_axis; }
+  if (input.resources.empty()) { return timeline_axis::operations; }
+  auto const& samples = input.resources.front().timeline.samples;
+  if (samples.size() < 2 || samples.back().log_time_ns <= samples.front().log_time_ns) {
+    return timeline_axis::operations;
+  }
+  for (std::size_t i = 1; i < samples.size(); ++i) {
+    if (samples[i].log_time_ns < samples[i - 1].log_time_ns) { return timeline_axis::operations; }
+  }
+  return timeline_axis::log_time;
+}
+
+}  // namespace gpumem

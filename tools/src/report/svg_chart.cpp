@@ -115,7 +115,14 @@ std::string render_svg(bar_chart const& chart)
   start_svg(out, chart.id, chart.title, height);
   std::vector<legend_entry> legend;
   if (chart.legend) {
-    for (bar_series const& s : chart.series) { legend.push_back({s.name, s.colour, false, false, {}}); }
+    for (std::size_t j = 0; j < chart.series.size(); ++j) {
+      bar_series const& s = chart.series[j];
+      legend.push_back({s.name, s.colour, false, false, j < chart.legend_notes.size() ? chart.legend_notes[j] : ""});
+    }
+  }
+  // The reference line's label goes in the legend row: at the line itself it would cross a bar.
+  if (chart.reference_y && !chart.reference_label.empty()) {
+    legend.push_back({chart.reference_label, "#555555", true, true, {}});
   }
   double const legend_height = append_legend(out, legend);
 
@@ -144,7 +151,7 @@ std::string render_svg(bar_chart const& chart)
   if (chart.y_limit && std::isfinite(*chart.y_limit) && *chart.y_limit > 0.0) {
     max_y = std::min(max_y, *chart.y_limit);
   }
-  axis_scale const y_scale = linear_scale(max_y, chart.y_format);
+  axis_scale const y_scale = chart.log_y ? log10_count_scale(max_y) : linear_scale(max_y, chart.y_format);
   append_y_axis(out, area, y_scale, chart.y_format, chart.y_label);
   append_x_label(out, area, chart.x_label);
   if (!any) { append_no_data(out, area); }
@@ -192,7 +199,15 @@ std::string render_svg(bar_chart const& chart)
              "</text>\n";
     }
   }
-  if (chart.reference_y) { append_reference(out, area, y_scale, *chart.reference_y, chart.reference_label); }
+  for (bar_marker const& marker : chart.markers) {
+    if (!std::isfinite(marker.position) || n == 0) { continue; }
+    double const x = area.left + std::clamp(marker.position, 0.0, static_cast<double>(n)) * slot;
+    out += "<line class=\"marker\" data-series=\"" + xml_escape(marker.series) + "\" data-marker=\"" +
+           xml_escape(marker.kind) + "\" x1=\"" + coord(x) + "\" y1=\"" + coord(area.top) + "\" x2=\"" + coord(x) +
+           "\" y2=\"" + coord(area.bottom) + "\" stroke=\"" + xml_escape(marker.colour) +
+           "\" stroke-width=\"2\" stroke-dasharray=\"" + xml_escape(marker.dasharray) + "\"/>\n";
+  }
+  if (chart.reference_y) { append_reference(out, area, y_scale, *chart.reference_y, {}); }
   out += "</svg>\n";
   return out;
 }

@@ -21,6 +21,7 @@ enum class value_format : std::uint8_t {
   count,  ///< "950", "1.5k"
   bytes,  ///< "256 B", "4 KiB", "1.5 MiB"
   ratio,  ///< "1.25×"
+  duration,  ///< nanoseconds as "850 ns", "1.2 µs", "3.4 ms", "2.1 s"
 };
 
 /** @brief One line of a line_chart. */
@@ -60,6 +61,18 @@ struct bar_series {
   std::vector<std::string> bar_colours{};  ///< per category, optional (empty: all `colour`)
 };
 
+/**
+ * @brief A vertical line across a bar chart's plot at `position` along the categories: category i spans
+ * [i, i + 1), so 2.5 is the middle of the third. Carries `data-series="NAME"` and `data-marker="KIND"`.
+ */
+struct bar_marker {
+  double position{};
+  std::string series;  ///< data-series: the series (resource) it belongs to
+  std::string kind;    ///< data-marker, e.g. "p50"
+  std::string colour;  ///< "#rrggbb"
+  std::string dasharray{"6 3"};  ///< its dash pattern (the caption says which pattern is which kind)
+};
+
 /** @brief A bar chart: categories along x, for each a group of one bar per series; y linear from 0. */
 struct bar_chart {
   std::string id;
@@ -69,12 +82,20 @@ struct bar_chart {
   std::string y_label;
   value_format y_format{value_format::count};
   std::vector<bar_series> series;
+  /// A dashed horizontal line at this y, labelled reference_label in the legend row above the plot (a
+  /// label at the line itself would cross a bar).
   std::optional<double> reference_y{};
   std::string reference_label{};
   /// Top of the y axis (rounded up to a tick): a larger value's bar is cut at the top and marked so.
   std::optional<double> y_limit{};
   bool value_labels{false};  ///< print each bar's value above it (for a few wide bars)
   bool legend{true};         ///< a legend of the series (pointless for one series with per-bar colours)
+  /// Notes shown in grey after each series' name in the legend (by series index; missing: none).
+  std::vector<std::string> legend_notes{};
+  /// y on a log10 scale (counts spanning decades): ticks at 1, 10, 100, ...; the axis starts at 1/2 so that
+  /// a value of 1 still shows a bar; 0 draws none.
+  bool log_y{false};
+  std::vector<bar_marker> markers{};
   double height{340.0};
 };
 

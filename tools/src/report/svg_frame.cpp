@@ -50,6 +50,7 @@ std::string format_value(double value, value_format format)
   switch (format) {
     case value_format::bytes: return short_bytes(value);
     case value_format::ratio: return short_ratio(value);
+    case value_format::duration: return value == 0.0 ? "0" : short_duration(value);  // the origin: "0", not "0 ns"
     case value_format::count: break;
   }
   return short_count(value);
@@ -93,6 +94,16 @@ axis_scale log2_scale(double min_positive, double max_value)
   int const stride = (hi_exp - lo_exp + max_log2_ticks - 1) / max_log2_ticks;
   axis_scale scale{.lo = std::ldexp(1.0, lo_exp), .hi = std::ldexp(1.0, hi_exp), .log2 = true, .ticks = {}};
   for (int e = lo_exp; e <= hi_exp; e += stride) { scale.ticks.push_back(std::ldexp(1.0, e)); }
+  return scale;
+}
+
+axis_scale log10_count_scale(double max_value)
+{
+  if (!std::isfinite(max_value) || max_value < 10.0) { max_value = 10.0; }
+  int const hi_exp = static_cast<int>(std::ceil(std::log10(max_value) - 1e-9));
+  int const stride = (hi_exp + max_log2_ticks) / max_log2_ticks;
+  axis_scale scale{.lo = 0.5, .hi = std::pow(10.0, hi_exp), .log2 = true, .ticks = {}};
+  for (int e = 0; e <= hi_exp; e += stride) { scale.ticks.push_back(std::pow(10.0, e)); }
   return scale;
 }
 
@@ -164,7 +175,8 @@ void append_reference(std::string& out, plot_area const& area, axis_scale const&
   out += "<line class=\"reference\" x1=\"" + coord(area.left) + "\" y1=\"" + coord(y) + "\" x2=\"" +
          coord(area.right) + "\" y2=\"" + coord(y) +
          "\" stroke=\"#555\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>";
-  // A white halo (stroke painted under the fill) keeps the label legible where it crosses a bar or a line.
+  if (label.empty()) { return; }
+  // A white halo (stroke painted under the fill) keeps the label legible where it crosses a line.
   out += "<text x=\"" + coord(area.right - 4.0) + "\" y=\"" + coord(y - 5.0) +
          "\" text-anchor=\"end\" fill=\"#444\" stroke=\"#fff\" stroke-width=\"4\" paint-order=\"stroke\">" +
          xml_escape(label) + "</text>\n";

@@ -34,7 +34,7 @@ inline constexpr std::size_t max_legend_chars = 48;  ///< a legend entry's name
 struct axis_scale {
   double lo{0.0};
   double hi{1.0};
-  bool log2{false};
+  bool log2{false};  ///< logarithmic (of any base: fraction() is the same)
   std::vector<double> ticks;
 
   /** @return where `value` lies between lo (0) and hi (1), clamped to [0, 1]. */
@@ -50,6 +50,13 @@ struct axis_scale {
 
 /** @return a log2 scale over [min_positive, max_value] widened to powers of two, bottom at least 2^-6. */
 [[nodiscard]] axis_scale log2_scale(double min_positive, double max_value);
+
+/**
+ * @return a log10 scale for counts up to `max_value`: from 1/2 (so that a count of 1 is above the bottom)
+ * to the power of ten at or above max_value (at least 10), ticks at the powers of ten (every other one, or
+ * sparser, beyond 8 of them).
+ */
+[[nodiscard]] axis_scale log10_count_scale(double max_value);
 
 /** @brief One legend entry: a line sample (line charts) or a square (bar charts). */
 struct legend_entry {
@@ -89,7 +96,7 @@ void append_y_axis(std::string& out, plot_area const& area, axis_scale const& sc
 /** @brief Appends the x axis label centred under the plot. */
 void append_x_label(std::string& out, plot_area const& area, std::string_view label);
 
-/** @brief Appends a dashed horizontal line at `value` with `label` at its right end (if in range). */
+/** @brief Appends a dashed horizontal line at `value` with `label` (if any) at its right end (if in range). */
 void append_reference(std::string& out, plot_area const& area, axis_scale const& scale, double value,
                       std::string_view label);
 

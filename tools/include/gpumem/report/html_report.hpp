@@ -3,12 +3,15 @@
  * `gpumem report`'s page: one self-contained HTML file (inline CSS and SVG, no script, no external
  * resource) that shows how a set of resources served one allocation log:
  *
+ * - a warning under the log's line when report_input::warning says one (a peak above the device's memory);
  * - a summary table per resource: ns per op, peak upstream bytes, peak live bytes, their ratio, failures;
- * - live bytes and each resource's upstream (reserved) bytes over the log's operations (line chart);
+ * - live bytes and each resource's upstream (reserved) bytes over the log's own time, or its operations
+ *   (line chart; chosen_timeline_axis);
  * - fragmentation: peak upstream bytes / peak live bytes per resource (bar chart), and upstream / live over
  *   the replay;
  * - the allocation size histogram of the log (log2 buckets; counts and bytes);
- * - each resource's latency histogram (log2 ns buckets, from replay_timeline).
+ * - each resource's latency histogram (log2 ns buckets, from replay_timeline; counts on a log scale) with its
+ *   p50 and p99 (latency_percentile.hpp) marked, and a table of them.
  *
  * The data comes from replay() (replay.hpp): one replay without a timeline for the ns/op figures, one with a
  * timeline for the plots. Rendering is pure: no I/O, deterministic for the same input.
@@ -46,6 +49,13 @@ struct report_resource {
   bool reserves_upfront{false}; ///< its peak upstream is a fixed reservation, not a fragmentation figure
 };
 
+/** @brief What the x axis of the charts over time counts. */
+enum class timeline_axis : std::uint8_t {
+  automatic,   ///< log_time when the samples' log times rise from first to last and never fall, else operations
+  log_time,    ///< the log's own time of each sample's row (replay_timeline::sample::log_time_ns)
+  operations,  ///< operations replayed (replay_timeline::sample::op)
+};
+
 /** @brief Everything the page shows. */
 struct report_input {
   std::string title;                     ///< the page's heading, e.g. "gpumem report: resnet50.csv.gz"
@@ -56,8 +66,18 @@ struct report_input {
   size_histogram sizes;                  ///< allocation_size_histogram(log)
   std::string environment;               ///< one line: backend, device, simulated upstream or not
   std::string command;                   ///< the command line that produced the page
+  /// A warning shown under the log's line when not empty, e.g. peak_above_device_note (device_fit.hpp)
+  std::string warning{};
   std::vector<report_resource> resources;
+  timeline_axis over_time_axis{timeline_axis::automatic};  ///< x of the charts over time; each chart says which
 };
+
+/**
+ * @return the axis the charts over time use for `input`: its over_time_axis, with `automatic` resolved on
+ * the first resource's timeline samples (log_time when their times rise and never fall; operations for a
+ * log whose rows carry no times, or times out of order).
+ */
+[[nodiscard]] GPUMEM_EXPORT timeline_axis chosen_timeline_axis(report_input const& input);
 
 /** @return the sizes of the `allocate` rows of `log` (not `allocate failure` rows) in log2 buckets. */
 [[nodiscard]] GPUMEM_EXPORT size_histogram allocation_size_histogram(allocation_log const& log);
@@ -69,8 +89,10 @@ struct report_input {
  *
  * The page's elements that tools may look for: the table `id="summary-table"`; the charts (`<svg>` in a
  * `<figure>`) `chart-over-time`, `chart-fragmentation`, `chart-fragmentation-over-time`, `chart-sizes`,
- * `chart-sizes-bytes` and `chart-latency`. Each series' line, dot or bar carries `data-series="NAME"` (a
- * resource's name, or "live") and its colour as a plain `stroke`/`fill` attribute; each bar `data-value`.
+ * `chart-sizes-bytes` and `chart-latency`; the table `id="latency-table"`. Each p50 or p99 line of
+ * `chart-latency` carries `data-marker="p50"` (or p99) and its resource's `data-series`. Each series' line,
+ * dot or bar carries `data-series="NAME"` (a resource's name, or "live") and its colour as a plain
+ * `stroke`/`fill` attribute; each bar `data-value`.
  * A resource keeps one colour, by its position in `resources`, in the table and in every chart.
  */
 [[nodiscard]] GPUMEM_EXPORT std::string render_html_report(report_input const& input);
