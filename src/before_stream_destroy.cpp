@@ -2,8 +2,9 @@
 // the process-wide list of resources told about a stream before it goes.
 #include <gpumem/before_stream_destroy.hpp>
 
+#include <gpumem/detail/thread_annotations.hpp>
+
 #include <algorithm>
-#include <mutex>
 #include <unordered_set>
 #include <vector>
 
@@ -13,10 +14,10 @@ namespace {
 // Two locks, never nested: a listener takes cache and resource locks, and those may be held by a thread
 // that asks stream_outlives_calls().
 struct stream_registry {
-  std::mutex listeners_mutex;
-  std::vector<stream_destroy_listener*> listeners;  // GUARDED_BY(listeners_mutex)
-  std::mutex announced_mutex;
-  std::unordered_set<cudaStream_t> announced;       // GUARDED_BY(announced_mutex)
+  mutex listeners_mutex;
+  std::vector<stream_destroy_listener*> listeners GPUMEM_GUARDED_BY(listeners_mutex);
+  mutex announced_mutex;
+  std::unordered_set<cudaStream_t> announced GPUMEM_GUARDED_BY(announced_mutex);
 };
 
 stream_registry& registry()
@@ -30,21 +31,21 @@ stream_registry& registry()
 void add_stream_destroy_listener(stream_destroy_listener* listener)
 {
   stream_registry& r = registry();
-  std::lock_guard lock{r.listeners_mutex};
+  lock_guard lock{r.listeners_mutex};
   r.listeners.push_back(listener);
 }
 
 void remove_stream_destroy_listener(stream_destroy_listener* listener) noexcept
 {
   stream_registry& r = registry();
-  std::lock_guard lock{r.listeners_mutex};
+  lock_guard lock{r.listeners_mutex};
   std::erase(r.listeners, listener);
 }
 
 void announce_stream(cudaStream_t stream)
 {
   stream_registry& r = registry();
-  std::lock_guard lock{r.announced_mutex};
+  lock_guard lock{r.announced_mutex};
   r.announced.insert(stream);
 }
 
@@ -52,7 +53,7 @@ bool stream_outlives_calls(cuda_stream_view stream) noexcept
 {
   if (stream.is_default() || stream.is_per_thread_default()) { return true; }
   stream_registry& r = registry();
-  std::lock_guard lock{r.announced_mutex};
+  lock_guard lock{r.announced_mutex};
   return r.announced.contains(stream.value());
 }
 
@@ -66,10 +67,10 @@ void before_stream_destroy(cuda_stream_view stream) noexcept
   detail::stream_registry& r = detail::registry();
   {
     // First, so that no resource starts deferring work on the stream while the listeners forget it.
-    std::lock_guard lock{r.announced_mutex};
+    detail::lock_guard lock{r.announced_mutex};
     r.announced.erase(stream.value());
   }
-  std::lock_guard lock{r.listeners_mutex};
+  detail::lock_guard lock{r.listeners_mutex};
   for (detail::stream_destroy_listener* listener : r.listeners) { listener->stream_destroying(stream.value()); }
 }
 

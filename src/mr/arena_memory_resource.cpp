@@ -18,6 +18,7 @@
 #include <gpumem/mr/detail/arena/address_range.hpp>
 #include <gpumem/mr/detail/arena/arena_policy.hpp>
 #include <gpumem/mr/detail/arena/global_arena.hpp>
+#include <gpumem/mr/detail/invariant_checks.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -481,9 +482,16 @@ struct arena_memory_resource::impl {
   std::unordered_map<cudaStream_t, std::unique_ptr<arena_slot>> stream_arenas;
 
   std::atomic<std::size_t> invalid_deallocations{0};
+  detail::invariant_sampler invariant_sampler;  // which calls check_invariants() after them (debug builds)
 };
 
 // ---- the public class -------------------------------------------------------------------------------------
+
+namespace {
+/// Checks the invariants at the end of a call, in debug builds (mr/detail/invariant_checks.hpp).
+using checked_call = detail::invariant_check_at_exit<arena_memory_resource>;
+constexpr std::string_view checked_name = "arena_memory_resource";
+}  // namespace
 
 arena_memory_resource::arena_memory_resource(device_memory_resource* upstream, std::optional<std::size_t> arena_size,
                                              bool dump_log_on_failure)
@@ -530,18 +538,24 @@ std::size_t arena_memory_resource::invalid_deallocations() const noexcept
 
 std::string arena_memory_resource::dump_state() const { return impl_->dump_state(); }
 
-void arena_memory_resource::defragment() { impl_->defragment(); }
+void arena_memory_resource::defragment()
+{
+  checked_call const check{*this, impl_->invariant_sampler, checked_name, "defragment"};
+  impl_->defragment();
+}
 
 void arena_memory_resource::check_invariants() const { impl_->check_invariants(); }
 
 void* arena_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view stream)
 {
+  checked_call const check{*this, impl_->invariant_sampler, checked_name, "allocate"};
   std::size_t const size = detail::align_up(bytes, detail::allocation_alignment);  // no overflow: checked by allocate
   return impl_->allocate(size, bytes, stream);
 }
 
 void arena_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept
 {
+  checked_call const check{*this, impl_->invariant_sampler, checked_name, "deallocate"};
   impl_->deallocate(ptr, bytes, stream);
 }
 

@@ -49,6 +49,9 @@ void insert_node(range_map& map, range_map::node_type node, std::uintptr_t start
   map.insert(std::move(node));
 }
 
+/// Checks the invariants at the end of a call, in debug builds (mr/detail/invariant_checks.hpp).
+using checked_call = detail::invariant_check_at_exit<simulated_memory_resource>;
+
 }  // namespace
 
 simulated_memory_resource::simulated_memory_resource(std::size_t capacity, std::uintptr_t base)
@@ -61,7 +64,7 @@ simulated_memory_resource::simulated_memory_resource(std::size_t capacity, std::
 
 void simulated_memory_resource::fail_after(std::size_t n)
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   fail_after_set_ = true;
   fail_after_n_ = n;
   fail_after_calls_ = 0;
@@ -70,7 +73,7 @@ void simulated_memory_resource::fail_after(std::size_t n)
 void simulated_memory_resource::fail_every(std::size_t k)
 {
   if (k == 0) { throw logic_error("gpumem::mr::simulated_memory_resource::fail_every: k must be at least 1"); }
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   fail_every_k_ = k;
   fail_every_calls_ = 0;
 }
@@ -83,14 +86,14 @@ void simulated_memory_resource::fail_randomly(double probability, std::uint64_t 
             << " is not within [0, 1]";
     throw logic_error(message.str());
   }
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   fail_probability_ = probability;
   fail_rng_.seed(seed);
 }
 
 void simulated_memory_resource::clear_failures() noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   fail_after_set_ = false;
   fail_every_k_ = 0;
   fail_probability_ = 0.0;
@@ -131,8 +134,9 @@ std::string simulated_memory_resource::injected_failure_locked()
 
 void* simulated_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view /*stream*/)
 {
+  checked_call const check{*this, invariant_sampler_, "simulated_memory_resource", "allocate"};
   std::size_t const reserved = detail::align_up(bytes, alignment);  // no overflow: checked by allocate()
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
 
   std::string cause = injected_failure_locked();
   auto fit = free_ranges_.end();
@@ -169,8 +173,9 @@ void* simulated_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view
 
 void simulated_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view /*stream*/) noexcept
 {
+  checked_call const check{*this, invariant_sampler_, "simulated_memory_resource", "deallocate"};
   std::uintptr_t const address = to_address(ptr);
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   auto const live = live_.find(address);
   if (live == live_.end() || live->second != bytes) {
     ++invalid_deallocations_;
@@ -205,49 +210,49 @@ void simulated_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda
 
 std::size_t simulated_memory_resource::bytes_in_use() const noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return bytes_in_use_;
 }
 
 std::size_t simulated_memory_resource::peak_bytes_in_use() const noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return peak_bytes_in_use_;
 }
 
 std::size_t simulated_memory_resource::allocation_count() const noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return live_.size();
 }
 
 std::size_t simulated_memory_resource::total_allocations() const noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return total_allocations_;
 }
 
 std::size_t simulated_memory_resource::injected_failures() const noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return injected_failures_;
 }
 
 std::size_t simulated_memory_resource::invalid_deallocations() const noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return invalid_deallocations_;
 }
 
 std::size_t simulated_memory_resource::free_range_count() const noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return free_ranges_.size();
 }
 
 std::size_t simulated_memory_resource::largest_free_range() const noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return largest_free_range_locked();
 }
 
@@ -261,7 +266,7 @@ std::size_t simulated_memory_resource::largest_free_range_locked() const noexcep
 bool simulated_memory_resource::owns(void const* ptr) const noexcept
 {
   std::uintptr_t const address = to_address(ptr);
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   auto const after = live_.upper_bound(address);
   if (after == live_.begin()) { return false; }
   auto const candidate = std::prev(after);
@@ -270,7 +275,7 @@ bool simulated_memory_resource::owns(void const* ptr) const noexcept
 
 void simulated_memory_resource::check_invariants() const
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   auto violation = [](std::string const& what) {
     throw logic_error("gpumem::mr::simulated_memory_resource::check_invariants: " + what);
   };

@@ -49,6 +49,10 @@ constexpr char const* resource_name = "gpumem::mr::vmm_pool_memory_resource";
   return *rounded;
 }
 
+/// Checks the invariants at the end of a call, in debug builds (mr/detail/invariant_checks.hpp).
+using checked_call = detail::invariant_check_at_exit<vmm_pool_memory_resource>;
+constexpr std::string_view checked_name = "vmm_pool_memory_resource";
+
 }  // namespace
 
 vmm_pool_memory_resource::vmm_pool_memory_resource(vmm_pool_options const& options)
@@ -96,7 +100,7 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
 vmm_pool_memory_resource::~vmm_pool_memory_resource()
 {
   detail::remove_stream_destroy_listener(this);
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   detail::backend& be = detail::get_backend();
   // Wait for every stream that freed memory here, then take everything down.
   std::uint64_t all = 0;
@@ -203,9 +207,10 @@ void vmm_pool_memory_resource::wait_on_host(std::uint64_t mask)
 
 void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view stream)
 {
+  checked_call const check{*this, invariant_sampler_, checked_name, "allocate"};
   auto const rounded = detail::checked_align_up(bytes, detail::allocation_alignment);
+  detail::lock_guard lock{mutex_};  // before fail(), which describes the heap
   if (!rounded) { fail(bytes, "the size overflows when rounded up to 256 bytes"); }
-  std::lock_guard lock{mutex_};
   auto taken = heap_->take(*rounded);
   if (!taken) {
     grow(bytes, *rounded);
@@ -227,8 +232,9 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
 
 void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept
 {
+  checked_call const check{*this, invariant_sampler_, checked_name, "deallocate"};
   std::size_t const rounded = detail::checked_align_up(bytes, detail::allocation_alignment).value_or(bytes);
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   try {
     std::optional<unsigned> const slot = slot_of(stream.value());
     std::uint64_t mask = 0;
@@ -262,7 +268,7 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
 
 void vmm_pool_memory_resource::stream_destroying(cudaStream_t stream) noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   for (auto& slot : slots_) {
     if (!slot.in_use || slot.stream != stream || slot.thread != 0) { continue; }
     try {
@@ -300,7 +306,7 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
   std::vector<std::uintptr_t> backed_here;
   // On failure: the mappings backed here go back to the device (nothing uses them yet), and so do the
   // spare handles; the pool is as before minus the moved mappings' physical memory.
-  auto undo = [&]() noexcept {
+  auto undo = [&]() GPUMEM_REQUIRES(mutex_) noexcept {
     for (std::uintptr_t const address : backed_here) {
       try {
         auto const taken = heap_->unback(address);
@@ -371,12 +377,12 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
     undo();
     throw;
   }
-  detail::log(log_level::debug, [&] {
+  detail::log(log_level::debug, [&, physical_now = heap_->backed_bytes()] {
     auto const us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
     return "vmm_pool_memory_resource: grew by " + std::to_string(plan->slabs) + " slabs in " +
            std::to_string(mappings) + " mappings for " + std::to_string(requested) + " bytes (" +
            std::to_string(movable_slabs) + " slabs moved) in " + std::to_string(us) + " us; physical " +
-           std::to_string(heap_->backed_bytes());
+           std::to_string(physical_now);
   });
 }
 
@@ -427,7 +433,8 @@ std::size_t vmm_pool_memory_resource::release_mappings(std::vector<detail::virtu
 
 std::size_t vmm_pool_memory_resource::release_unused()
 {
-  std::lock_guard lock{mutex_};
+  checked_call const check{*this, invariant_sampler_, checked_name, "release_unused"};
+  detail::lock_guard lock{mutex_};
   return release_mappings(heap_->wholly_free_mappings());
 }
 
@@ -445,14 +452,24 @@ void vmm_pool_memory_resource::fail(std::size_t bytes, std::string_view why)
                       ", total " + format_bytes(info.total));
 }
 
-std::size_t vmm_pool_memory_resource::slab_size() const noexcept { return heap_->slab_size(); }
-std::size_t vmm_pool_memory_resource::reservation_size() const noexcept { return heap_->size(); }
-std::size_t vmm_pool_memory_resource::max_mapping_size() const noexcept { return max_mapping_slabs_ * heap_->slab_size(); }
+// Not analysed: the slab size and the reservation are fixed when the heap is made, and read without the lock.
+std::size_t vmm_pool_memory_resource::slab_size() const noexcept GPUMEM_NO_THREAD_SAFETY_ANALYSIS
+{
+  return heap_->slab_size();
+}
+std::size_t vmm_pool_memory_resource::reservation_size() const noexcept GPUMEM_NO_THREAD_SAFETY_ANALYSIS
+{
+  return heap_->size();
+}
+std::size_t vmm_pool_memory_resource::max_mapping_size() const noexcept GPUMEM_NO_THREAD_SAFETY_ANALYSIS
+{
+  return max_mapping_slabs_ * heap_->slab_size();
+}
 
 #define GPUMEM_VMM_POOL_GETTER(name, expression)                       \
   std::size_t vmm_pool_memory_resource::name() const noexcept         \
   {                                                                   \
-    std::lock_guard lock{mutex_};                                     \
+    detail::lock_guard lock{mutex_};                                     \
     return expression;                                                \
   }
 GPUMEM_VMM_POOL_GETTER(bytes_in_use, bytes_in_use_)
@@ -469,7 +486,7 @@ GPUMEM_VMM_POOL_GETTER(slabs_released, released_)
 
 void vmm_pool_memory_resource::check_invariants() const
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   heap_->check_invariants();
   if (heap_->free_bytes() + bytes_in_use_ != heap_->backed_bytes()) {
     throw logic_error("vmm_pool_memory_resource invariant violated: free " + std::to_string(heap_->free_bytes()) +

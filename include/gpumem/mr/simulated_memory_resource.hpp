@@ -19,13 +19,14 @@
 #pragma once
 
 #include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/export.hpp>
+#include <gpumem/mr/detail/invariant_checks.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <random>
 #include <string>
 
@@ -124,10 +125,9 @@ class GPUMEM_EXPORT simulated_memory_resource final : public device_memory_resou
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
 
-  /// @pre mutex_ is held. @return why this call must fail, or "" when no rule fires.
-  std::string injected_failure_locked();
-  /// @pre mutex_ is held.
-  [[nodiscard]] std::size_t largest_free_range_locked() const noexcept;
+  /// @return why this call must fail, or "" when no rule fires.
+  std::string injected_failure_locked() GPUMEM_REQUIRES(mutex_);
+  [[nodiscard]] std::size_t largest_free_range_locked() const noexcept GPUMEM_REQUIRES(mutex_);
 
   // Free ranges and live allocations use the same map type so that a node moves between them without
   // allocating: deallocation (noexcept) never allocates.
@@ -136,23 +136,24 @@ class GPUMEM_EXPORT simulated_memory_resource final : public device_memory_resou
   std::size_t const capacity_;
   std::uintptr_t const base_;
 
-  mutable std::mutex mutex_;
-  range_map free_ranges_;         // guarded by mutex_: start -> length (multiple of 256); never adjacent
-  range_map live_;                // guarded by mutex_: start -> requested bytes (reserved: rounded to 256)
-  std::size_t bytes_in_use_{};    // guarded by mutex_: sum over live_ of the reserved sizes
-  std::size_t peak_bytes_in_use_{};
-  std::size_t total_allocations_{};
-  std::size_t invalid_deallocations_{};
-  std::size_t injected_failures_{};
+  mutable detail::mutex mutex_;
+  range_map free_ranges_ GPUMEM_GUARDED_BY(mutex_);  // start -> length (multiple of 256); never adjacent
+  range_map live_ GPUMEM_GUARDED_BY(mutex_);  // start -> requested bytes (reserved: rounded to 256)
+  std::size_t bytes_in_use_ GPUMEM_GUARDED_BY(mutex_){};  // sum over live_ of the reserved sizes
+  std::size_t peak_bytes_in_use_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t total_allocations_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t invalid_deallocations_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t injected_failures_ GPUMEM_GUARDED_BY(mutex_){};
 
-  // Failure rules, guarded by mutex_. Each counts the allocate calls made since it was set.
-  bool fail_after_set_{false};
-  std::size_t fail_after_n_{};
-  std::size_t fail_after_calls_{};
-  std::size_t fail_every_k_{};      // 0: rule not set
-  std::size_t fail_every_calls_{};
-  double fail_probability_{};       // 0: rule not set
-  std::mt19937_64 fail_rng_{};
+  // Failure rules. Each counts the allocate calls made since it was set.
+  bool fail_after_set_ GPUMEM_GUARDED_BY(mutex_){false};
+  std::size_t fail_after_n_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t fail_after_calls_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t fail_every_k_ GPUMEM_GUARDED_BY(mutex_){};  // 0: rule not set
+  std::size_t fail_every_calls_ GPUMEM_GUARDED_BY(mutex_){};
+  double fail_probability_ GPUMEM_GUARDED_BY(mutex_){};  // 0: rule not set
+  std::mt19937_64 fail_rng_ GPUMEM_GUARDED_BY(mutex_){};
+  detail::invariant_sampler invariant_sampler_;  // which calls check_invariants() after them (debug builds)
 };
 
 }  // namespace gpumem::mr

@@ -96,6 +96,8 @@
  *   pool_size_ == bytes_in_use_ + sum over lists of blocks.total_bytes()
  *   every free block lies inside one chunk; no two free blocks overlap, in one list or across lists;
  *   a block starts a chunk iff it is a head (for lists that track heads)
+ * Debug builds check them after allocate, deallocate, grow, release and flush_thread_caches
+ * (mr/detail/invariant_checks.hpp says when, and what a violation does).
  */
 #pragma once
 
@@ -107,8 +109,10 @@
 #include <gpumem/export.hpp>
 #include <gpumem/before_stream_destroy.hpp>
 #include <gpumem/mr/detail/align.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/mr/detail/block_cache.hpp>
 #include <gpumem/mr/detail/free_block.hpp>
+#include <gpumem/mr/detail/invariant_checks.hpp>
 #include <gpumem/mr/detail/thread_cache_registry.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 
@@ -122,7 +126,6 @@
 #include <iterator>
 #include <map>
 #include <condition_variable>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -182,26 +185,26 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   [[nodiscard]] mr::device_memory_resource* upstream_resource() const noexcept { return upstream_; }
 
   /** @return bytes held from the upstream (the sum of the chunks). Thread-safety: a consistent snapshot. */
-  [[nodiscard]] std::size_t pool_size() const noexcept { return locked([this] { return pool_size_; }); }
+  [[nodiscard]] std::size_t pool_size() const noexcept { return locked([this]() GPUMEM_REQUIRES(mutex_) { return pool_size_; }); }
   /** @return bytes handed out and not yet deallocated (each allocation counted as its block's size). */
   [[nodiscard]] std::size_t bytes_in_use() const noexcept
   {
-    return snapshot([this](cache_totals const& cached) { return bytes_in_use_ - cached.bytes; });
+    return snapshot([this](cache_totals const& cached) GPUMEM_REQUIRES(mutex_) { return bytes_in_use_ - cached.bytes; });
   }
   /** @return bytes held but free (in the shared lists or in thread caches): pool_size() - bytes_in_use(). */
   [[nodiscard]] std::size_t bytes_cached() const noexcept
   {
-    return snapshot([this](cache_totals const& cached) { return pool_size_ - bytes_in_use_ + cached.bytes; });
+    return snapshot([this](cache_totals const& cached) GPUMEM_REQUIRES(mutex_) { return pool_size_ - bytes_in_use_ + cached.bytes; });
   }
   /** @return the size of the largest free block over all streams and thread caches (0 when none). */
   [[nodiscard]] std::size_t largest_free_block() const noexcept
   {
-    return snapshot([this](cache_totals const& cached) { return std::max(largest_locked(), cached.largest); });
+    return snapshot([this](cache_totals const& cached) GPUMEM_REQUIRES(mutex_) { return std::max(largest_locked(), cached.largest); });
   }
   /** @return the number of free blocks over all streams and thread caches. */
   [[nodiscard]] std::size_t free_block_count() const noexcept
   {
-    return snapshot([this](cache_totals const& cached) { return free_block_count_locked() + cached.blocks; });
+    return snapshot([this](cache_totals const& cached) GPUMEM_REQUIRES(mutex_) { return free_block_count_locked() + cached.blocks; });
   }
   /** @return the bytes of the free blocks that sit in thread caches (included in bytes_cached()). */
   [[nodiscard]] std::size_t bytes_in_thread_caches() const noexcept
@@ -209,7 +212,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     return snapshot([](cache_totals const& cached) { return cached.bytes; });
   }
   /** @return the number of chunks held from the upstream. */
-  [[nodiscard]] std::size_t chunk_count() const noexcept { return locked([this] { return chunks_.size(); }); }
+  [[nodiscard]] std::size_t chunk_count() const noexcept { return locked([this]() GPUMEM_REQUIRES(mutex_) { return chunks_.size(); }); }
 
   /**
    * @brief Moves the blocks that every thread holds in its cache into the shared lists, where they
@@ -218,7 +221,11 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
    * long-idle thread's cached blocks visible to the others.
    * Thread-safety: may run concurrently with allocation.
    */
-  void flush_thread_caches() noexcept { drain_thread_caches(); }
+  void flush_thread_caches() noexcept
+  {
+    checked_call const check{*this, invariant_sampler_, name_, "flush_thread_caches"};
+    drain_thread_caches();
+  }
 
   /**
    * @brief Returns every wholly free chunk to the upstream, and forgets the streams that have no cached
@@ -231,8 +238,9 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
    */
   void release()
   {
+    checked_call const check{*this, invariant_sampler_, name_, "release"};
     drain_thread_caches();
-    std::unique_lock lock{mutex_};
+    unique_lock lock{mutex_};
     stream_free_list& carrier = lists_.at(default_key);
     merge_all_into_locked(carrier);
     std::vector<free_block> const whole = take_whole_chunks_locked(carrier);
@@ -258,9 +266,9 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   }
 
  private:
-  void check_invariants_locked(std::vector<block_cache const*> const& caches) const
+  void check_invariants_locked(std::vector<block_cache const*> const& caches) const GPUMEM_EXCLUDES(mutex_)
   {
-    std::lock_guard lock{mutex_};
+    lock_guard lock{mutex_};
     auto violation = [this](std::string const& what) {
       throw logic_error(std::string{name_} + "::check_invariants: " + what);
     };
@@ -334,7 +342,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     }
     device_ = get_backend().current_device();
     {
-      std::lock_guard lock{mutex_};
+      lock_guard lock{mutex_};
       (void)list_for_locked(cuda_stream_default);  // the legacy default stream's list always exists
     }
     try {
@@ -373,8 +381,9 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
    */
   void grow_now(std::size_t bytes)
   {
+    checked_call const check{*this, invariant_sampler_, name_, "grow"};
     void* const chunk = upstream_->allocate(bytes, cuda_stream_default);
-    std::lock_guard lock{mutex_};
+    lock_guard lock{mutex_};
     add_chunk_locked(cuda_stream_default, chunk, bytes);
   }
 
@@ -418,18 +427,22 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   template <class F>
   auto locked(F f) const noexcept
   {
-    std::lock_guard lock{mutex_};
+    lock_guard lock{mutex_};
     return f();
   }
 
   // ---- allocation ---------------------------------------------------------------------------------------
 
+  /// Checks the invariants at the end of a call, in debug builds (mr/detail/invariant_checks.hpp).
+  using checked_call = invariant_check_at_exit<stream_ordered_memory_resource>;
+
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) final
   {
+    checked_call const check{*this, invariant_sampler_, name_, "allocate"};
     std::size_t const size = block_size_for(bytes);
     if (bytes <= maximum_allocation_size() && size <= block_cache::largest_cached_block) {
       if (thread_cache* const mine = caches_.local()) {  // step (0): the thread's cache, no event, no shared lock
-        std::lock_guard cache_lock{mine->lock};
+        lock_guard cache_lock{mine->lock};
         if (!mine->detached) {
           if (auto const address = mine->cache.pop(cache_key(stream), size)) { return to_pointer(*address); }
         }
@@ -448,7 +461,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     if (bytes > maximum_allocation_size() || size > block_cache::largest_cached_block) { return nullptr; }
     thread_cache* const mine = caches_.local();
     if (mine == nullptr) { return nullptr; }
-    std::lock_guard cache_lock{mine->lock};
+    lock_guard cache_lock{mine->lock};
     if (mine->detached) { return nullptr; }
     auto const address = mine->cache.pop(cache_key(stream), size);
     return address ? to_pointer(*address) : nullptr;
@@ -461,7 +474,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     if (size > block_cache::largest_cached_block) { return false; }
     thread_cache* const mine = caches_.local();
     if (mine == nullptr) { return false; }
-    std::lock_guard cache_lock{mine->lock};
+    lock_guard cache_lock{mine->lock};
     try {
       return !mine->detached && mine->cache.try_push(cache_key(stream), size, to_address(ptr));
     } catch (logic_error const& e) {  // a double free or a misaligned pointer: reported, nothing to do
@@ -478,13 +491,14 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
 
   /// Steps (a) to (f) of the file comment, under the shared lock. Fills `more` (lists of one block size).
   std::uintptr_t allocate_shared(std::size_t bytes, std::size_t size, cuda_stream_view stream, refill& more)
+    GPUMEM_EXCLUDES(mutex_)
   {
-    std::unique_lock lock{mutex_};
+    unique_lock lock{mutex_};
     if (bytes > maximum_allocation_size()) {
       fail_locked(bytes, "the request exceeds the largest allocation this resource can serve (" +
                            format_bytes(maximum_allocation_size()) + ")");
     }
-    auto const done = [&](std::uintptr_t address) {
+    auto const done = [&](std::uintptr_t address) GPUMEM_REQUIRES(mutex_) {
       take_more_locked(stream, size, more);
       return address;
     };
@@ -493,28 +507,28 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     // Concurrent misses that each grew by the pool's size made the pool hold many times the live bytes
     // with 16 threads on 16 streams (the random_mt/16 workload, docs/benchmarks.md).
     while (growing_bytes_ > 0) {
-      growth_done_.wait(lock);
+      lock.wait(growth_done_);
       if (auto const address = take_locked(stream, size)) { return done(*address); }
     }
     std::string upstream_failure;
-    if (auto const address = grow_and_take(lock, stream, size, upstream_failure)) { return done(*address); }
-    reclaim(lock, stream);
+    if (auto const address = grow_and_take(stream, size, upstream_failure)) { return done(*address); }
+    reclaim(stream);
     if (auto const address = take_locked(stream, size)) { return done(*address); }  // freed meanwhile
-    if (auto const address = grow_and_take(lock, stream, size, upstream_failure)) { return done(*address); }
+    if (auto const address = grow_and_take(stream, size, upstream_failure)) { return done(*address); }
     // Step (e'): the blocks in every thread's cache go to the shared lists, then reclaim and grow again.
     lock.unlock();
     drain_thread_caches();
     lock.lock();
     if (auto const address = take_locked(stream, size)) { return done(*address); }
-    reclaim(lock, stream);
+    reclaim(stream);
     if (auto const address = take_locked(stream, size)) { return done(*address); }
-    if (auto const address = grow_and_take(lock, stream, size, upstream_failure)) { return done(*address); }
+    if (auto const address = grow_and_take(stream, size, upstream_failure)) { return done(*address); }
     fail_locked(bytes, upstream_failure);
   }
 
   /// For lists of one block size: takes up to half a cache slot of blocks of `size` from `stream`'s own
   /// list (no event wait: they are the stream's), for the calling thread's cache.
-  void take_more_locked(cuda_stream_view stream, std::size_t size, refill& more) noexcept
+  void take_more_locked(cuda_stream_view stream, std::size_t size, refill& more) noexcept GPUMEM_REQUIRES(mutex_)
   {
     if constexpr (FreeList::one_block_size) {
       if (size > block_cache::largest_cached_block) { return; }
@@ -543,7 +557,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   }
 
   /// Steps (a) to (c) of the file comment. @return the address of a block of `size` bytes, or nullopt.
-  std::optional<std::uintptr_t> take_locked(cuda_stream_view stream, std::size_t size)
+  std::optional<std::uintptr_t> take_locked(cuda_stream_view stream, std::size_t size) GPUMEM_REQUIRES(mutex_)
   {
     stream_free_list& own = list_for_locked(stream);
     if (auto const found = own.blocks.get_block(size)) { return split_locked(own, *found, size); }
@@ -560,7 +574,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   }
 
   /// Hands out the first `size` bytes of `found` (taken from `list`); the rest goes back to `list`.
-  std::uintptr_t split_locked(stream_free_list& list, free_block found, std::size_t size)
+  std::uintptr_t split_locked(stream_free_list& list, free_block found, std::size_t size) GPUMEM_REQUIRES(mutex_)
   {
     if (found.size > size) {
       try {
@@ -580,7 +594,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
 
   /// Merges every other non-empty list into `target`, which waits on each one's event, then records
   /// `target`'s event (see the event rule). @return whether anything was merged.
-  bool merge_all_into_locked(stream_free_list& target)
+  bool merge_all_into_locked(stream_free_list& target) GPUMEM_REQUIRES(mutex_)
   {
     bool merged = false;
     try {
@@ -602,7 +616,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   }
 
   /// Erases the lists of destroyed streams that are empty: no stream can put blocks in them again.
-  void forget_empty_orphans_locked() noexcept
+  void forget_empty_orphans_locked() noexcept GPUMEM_REQUIRES(mutex_)
   {
     std::erase_if(lists_, [](auto const& entry) {
       if (!is_orphan(entry.first) || !entry.second.blocks.empty()) { return false; }
@@ -612,8 +626,8 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   }
 
   /// Step (d). Called with the lock held; releases it around the upstream call.
-  std::optional<std::uintptr_t> grow_and_take(std::unique_lock<std::mutex>& lock, cuda_stream_view stream,
-                                              std::size_t size, std::string& upstream_failure)
+  std::optional<std::uintptr_t> grow_and_take(cuda_stream_view stream, std::size_t size,
+                                              std::string& upstream_failure) GPUMEM_REQUIRES(mutex_)
   {
     std::size_t attempt = growth_size(size, pool_size_ + growing_bytes_);
     if (attempt == 0) {
@@ -621,31 +635,28 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     }
     while (attempt != 0) {
       growing_bytes_ += attempt;  // counted against the limit while the upstream works
-      lock.unlock();
       void* chunk = nullptr;
       try {
+        unlock_guard unlocked{mutex_};
         chunk = upstream_->allocate(attempt, stream);
       } catch (std::bad_alloc const& e) {
         upstream_failure = "the upstream could not allocate " + format_bytes(attempt) + ": " + e.what();
       } catch (...) {
-        lock.lock();
         growing_bytes_ -= attempt;
         growth_done_.notify_all();
         throw;
       }
-      lock.lock();
       growing_bytes_ -= attempt;
       growth_done_.notify_all();  // waiters look again (and grow themselves if this attempt failed)
       if (chunk != nullptr) {
         try {
           add_chunk_locked(stream, chunk, attempt);
-          detail::log(log_level::info, [&] {
-            return std::string{name_} + " grew by " + format_bytes(attempt) + " to " + format_bytes(pool_size_);
+          detail::log(log_level::info, [&, grown_to = pool_size_] {
+            return std::string{name_} + " grew by " + format_bytes(attempt) + " to " + format_bytes(grown_to);
           });
         } catch (...) {
-          lock.unlock();
+          unlock_guard unlocked{mutex_};
           upstream_->deallocate(chunk, attempt, stream);
-          lock.lock();
           throw;
         }
         return take_locked(stream, size);  // finds a fitting block: the new chunk is in stream's list
@@ -656,7 +667,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   }
 
   /// Registers a chunk and puts it in `stream`'s list.
-  void add_chunk_locked(cuda_stream_view stream, void* chunk, std::size_t bytes)
+  void add_chunk_locked(cuda_stream_view stream, void* chunk, std::size_t bytes) GPUMEM_REQUIRES(mutex_)
   {
     stream_free_list& list = list_for_locked(stream);
     std::uintptr_t const address = to_address(chunk);
@@ -673,22 +684,21 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
 
   /// Step (e): merges every list into `stream`'s and returns the wholly free chunks to the upstream on
   /// `stream` (ordered after all the work that used them). Releases the lock around the upstream calls.
-  void reclaim(std::unique_lock<std::mutex>& lock, cuda_stream_view stream)
+  void reclaim(cuda_stream_view stream) GPUMEM_REQUIRES(mutex_)
   {
     stream_free_list& own = list_for_locked(stream);
     merge_all_into_locked(own);
     std::vector<free_block> const whole = take_whole_chunks_locked(own);
     if (whole.empty()) { return; }
-    lock.unlock();
+    unlock_guard unlocked{mutex_};
     for (free_block const& chunk : whole) {
       upstream_->deallocate(to_pointer(chunk.address), chunk.size, stream);
       detail::log(log_level::info, [&] { return std::string{name_} + " returned " + format_bytes(chunk.size); });
     }
-    lock.lock();
   }
 
   /// Removes the wholly free chunks of `list` from the list and from the books.
-  std::vector<free_block> take_whole_chunks_locked(stream_free_list& list)
+  std::vector<free_block> take_whole_chunks_locked(stream_free_list& list) GPUMEM_REQUIRES(mutex_)
   {
     std::vector<free_block> whole = list.blocks.remove_whole_chunks(chunks_);
     for (free_block const& chunk : whole) {
@@ -698,7 +708,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     return whole;
   }
 
-  [[noreturn]] void fail_locked(std::size_t bytes, std::string const& cause)
+  [[noreturn]] void fail_locked(std::size_t bytes, std::string const& cause) GPUMEM_REQUIRES(mutex_)
   {
     std::string details = "pool state: " + format_bytes(pool_size_) + " held from the upstream in " +
                           std::to_string(chunks_.size()) + " chunks, " + format_bytes(bytes_in_use_) +
@@ -715,6 +725,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
 
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept final
   {
+    checked_call const check{*this, invariant_sampler_, name_, "deallocate"};
     std::size_t const size = block_size_for(bytes);
     std::uintptr_t const address = to_address(ptr);
     if (address % allocation_alignment != 0) {
@@ -723,7 +734,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
       return;
     }
     if (deallocation_is_checked()) {  // checked_deallocate: also look where the fast path does not
-      std::string const misuse = locked([&] { return misuse_of_locked(address, size); });
+      std::string const misuse = locked([&]() GPUMEM_REQUIRES(mutex_) { return misuse_of_locked(address, size); });
       if (!misuse.empty()) {
         report_deallocation_misuse(std::string{name_} + "::deallocate(" + format_pointer(ptr) + ", " +
                                    std::to_string(bytes) + "): " + misuse);
@@ -743,7 +754,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   /// Why a block of `size` bytes at `address` cannot be one this resource handed out (empty when it can
   /// be): it does not lie inside a chunk, or it overlaps a free block of a shared list. O(log c) plus each
   /// list's overlaps() (O(log n) for a pool, O(n) for a fixed-size list); for checked_deallocate only.
-  [[nodiscard]] std::string misuse_of_locked(std::uintptr_t address, std::size_t size) const
+  [[nodiscard]] std::string misuse_of_locked(std::uintptr_t address, std::size_t size) const GPUMEM_REQUIRES(mutex_)
   {
     if (!inside_a_chunk_locked(address, size)) { return "the block does not lie inside memory of this resource"; }
     for (auto const& [key, list] : lists_) {
@@ -752,7 +763,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     return {};
   }
 
-  [[nodiscard]] bool inside_a_chunk_locked(std::uintptr_t address, std::size_t size) const noexcept
+  [[nodiscard]] bool inside_a_chunk_locked(std::uintptr_t address, std::size_t size) const noexcept GPUMEM_REQUIRES(mutex_)
   {
     auto const after = chunks_.upper_bound(address);
     if (after == chunks_.begin()) { return false; }
@@ -772,7 +783,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   {
     thread_cache* const mine = caches_.local();
     if (mine == nullptr) { return false; }
-    std::lock_guard cache_lock{mine->lock};
+    lock_guard cache_lock{mine->lock};
     if (mine->detached) { return false; }
     std::uintptr_t const key = cache_key(stream);
     auto const spill_here = [this](block_cache::spill_batch const& batch) noexcept { spill(batch, true); };
@@ -804,7 +815,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     auto const handle = static_cast<cudaStream_t>(to_pointer(batch.stream));
     cuda_stream_view const stream =
       (handle == cudaStreamPerThread && !own_thread) ? cuda_stream_view{} : cuda_stream_view{handle};
-    std::lock_guard lock{mutex_};
+    lock_guard lock{mutex_};
     stream_free_list* list = nullptr;
     try {
       list = &list_for_locked(stream);
@@ -863,7 +874,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
       cache.spill_all(to_address(stream),
                       [this](block_cache::spill_batch const& batch) noexcept { spill(batch, false); });
     });
-    std::lock_guard lock{mutex_};
+    lock_guard lock{mutex_};
     auto const found = lists_.find(key_of(cuda_stream_view{stream}));
     if (found == lists_.end()) { return; }
     if (found->second.blocks.empty()) {
@@ -899,11 +910,11 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
           totals.blocks += cache->cached_blocks();
           totals.largest = std::max(totals.largest, cache->largest());
         }
-        std::lock_guard lock{mutex_};
+        lock_guard lock{mutex_};
         value = f(totals);
       });
     } catch (...) {  // std::bad_alloc listing the caches: the shared lists alone
-      std::lock_guard lock{mutex_};
+      lock_guard lock{mutex_};
       value = f(cache_totals{});
     }
     return value;
@@ -913,7 +924,7 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
 
   /// The list of `stream`, made (with its event) on first use.
   /// @throws gpumem::cuda_error if the event cannot be made; std::bad_alloc.
-  stream_free_list& list_for_locked(cuda_stream_view stream)
+  stream_free_list& list_for_locked(cuda_stream_view stream) GPUMEM_REQUIRES(mutex_)
   {
     stream_key const key = key_of(stream);
     auto const found = lists_.find(key);
@@ -960,14 +971,14 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
     }
   }
 
-  [[nodiscard]] std::size_t largest_locked() const noexcept
+  [[nodiscard]] std::size_t largest_locked() const noexcept GPUMEM_REQUIRES(mutex_)
   {
     std::size_t largest = 0;
     for (auto const& [key, list] : lists_) { largest = std::max(largest, list.blocks.largest()); }
     return largest;
   }
 
-  [[nodiscard]] std::size_t free_block_count_locked() const noexcept
+  [[nodiscard]] std::size_t free_block_count_locked() const noexcept GPUMEM_REQUIRES(mutex_)
   {
     std::size_t count = 0;
     for (auto const& [key, list] : lists_) { count += list.blocks.size(); }
@@ -979,14 +990,15 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   std::string_view const name_;
   int device_{};  // the device current at construction
 
-  mutable std::mutex mutex_;
-  std::map<stream_key, stream_free_list> lists_;  // GUARDED_BY(mutex_); default_key always present
-  chunk_map chunks_;                               // GUARDED_BY(mutex_): upstream chunks, address -> size
-  std::size_t pool_size_{};                        // GUARDED_BY(mutex_): == sum of chunks_
-  std::size_t bytes_in_use_{};                     // GUARDED_BY(mutex_): pool_size_ - sum of free lists
-  std::size_t growing_bytes_{};                    // GUARDED_BY(mutex_): asked of the upstream right now
-  std::condition_variable growth_done_;            // notified (under mutex_) when a growth attempt ends
+  mutable mutex mutex_;
+  std::map<stream_key, stream_free_list> lists_ GPUMEM_GUARDED_BY(mutex_);  // default_key always present
+  chunk_map chunks_ GPUMEM_GUARDED_BY(mutex_);                              // upstream chunks, address -> size
+  std::size_t pool_size_ GPUMEM_GUARDED_BY(mutex_){};      // == sum of chunks_
+  std::size_t bytes_in_use_ GPUMEM_GUARDED_BY(mutex_){};   // pool_size_ - sum of free lists
+  std::size_t growing_bytes_ GPUMEM_GUARDED_BY(mutex_){};  // asked of the upstream right now
+  std::condition_variable growth_done_;                    // notified (under mutex_) when a growth attempt ends
   mutable thread_cache_registry caches_{this};     // each thread's cache of freed blocks
+  invariant_sampler invariant_sampler_;            // which calls check_invariants() after them (debug builds)
 };
 
 }  // namespace gpumem::detail

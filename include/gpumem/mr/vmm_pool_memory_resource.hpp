@@ -56,8 +56,10 @@
 #pragma once
 
 #include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/before_stream_destroy.hpp>
+#include <gpumem/mr/detail/invariant_checks.hpp>
 #include <gpumem/mr/detail/virtual_heap.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/backend/virtual_memory_provider.hpp>
@@ -67,7 +69,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -184,42 +185,45 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   void stream_destroying(cudaStream_t stream) noexcept override;
 
   /// The slot of `stream` if it has one (never creates one). Lock held.
-  [[nodiscard]] std::optional<unsigned> find_slot(cudaStream_t stream) const noexcept;
+  [[nodiscard]] std::optional<unsigned> find_slot(cudaStream_t stream) const noexcept GPUMEM_REQUIRES(mutex_);
   /// The slot of `stream` (created on first use), or nullopt when all 63 are taken. Lock held.
-  [[nodiscard]] std::optional<unsigned> slot_of(cudaStream_t stream);
+  [[nodiscard]] std::optional<unsigned> slot_of(cudaStream_t stream) GPUMEM_REQUIRES(mutex_);
   /// The slot's event, recorded first if frees were made on its stream since its last record. Lock held.
-  [[nodiscard]] cudaEvent_t event_after_frees(stream_slot& slot);
+  [[nodiscard]] cudaEvent_t event_after_frees(stream_slot& slot) GPUMEM_REQUIRES(mutex_);
   /// `stream` waits for the frees of every slot in `mask` but its own. Lock held.
-  void order_after(std::uint64_t mask, std::optional<unsigned> own, cudaStream_t stream);
+  void order_after(std::uint64_t mask, std::optional<unsigned> own, cudaStream_t stream) GPUMEM_REQUIRES(mutex_);
   /// The host waits for the frees of every slot in `mask`. Lock held.
-  void wait_on_host(std::uint64_t mask);
+  void wait_on_host(std::uint64_t mask) GPUMEM_REQUIRES(mutex_);
   /// Backs enough slabs for `bytes` (`requested` rounded up; see the file comment); on failure gives back
   /// what it backed. Lock held. @throws out_of_memory naming `requested`, cuda_error.
-  void grow(std::size_t requested, std::size_t bytes);
+  void grow(std::size_t requested, std::size_t bytes) GPUMEM_REQUIRES(mutex_);
   /// With a release threshold: releases wholly free slabs beyond the threshold (after their streams'
   /// work, a host wait). Lock held.
-  void release_over_threshold() noexcept;
+  void release_over_threshold() noexcept GPUMEM_REQUIRES(mutex_);
   /// Removes the wholly free mapping at `address` from the heap and unmaps it after the work of the
   /// streams that freed memory in it (it stays if that wait fails). Lock held. @return its handle, unreleased.
-  [[nodiscard]] physical_handle take_down(std::uintptr_t address);
+  [[nodiscard]] physical_handle take_down(std::uintptr_t address) GPUMEM_REQUIRES(mutex_);
   /// Unmaps and releases the wholly free `mappings` (after their streams). Lock held. @return bytes.
-  std::size_t release_mappings(std::vector<detail::virtual_heap::mapping> const& mappings);
-  [[noreturn]] void fail(std::size_t bytes, std::string_view why);
+  std::size_t release_mappings(std::vector<detail::virtual_heap::mapping> const& mappings) GPUMEM_REQUIRES(mutex_);
+  [[noreturn]] void fail(std::size_t bytes, std::string_view why) GPUMEM_REQUIRES(mutex_);
 
   std::unique_ptr<virtual_memory_provider> provider_;
-  mutable std::mutex mutex_;
+  mutable detail::mutex mutex_;
   std::optional<std::size_t> maximum_physical_;
   std::optional<std::size_t> release_threshold_;
   std::uintptr_t reservation_{};
   std::size_t reservation_size_{};
-  std::unique_ptr<detail::virtual_heap> heap_;  // guarded by mutex_
-  std::vector<stream_slot> slots_;              // guarded by mutex_; index = bit in the heap's masks
-  std::size_t bytes_in_use_{};
-  std::size_t peak_physical_{};
+  std::unique_ptr<detail::virtual_heap> heap_ GPUMEM_PT_GUARDED_BY(mutex_);
+  std::vector<stream_slot> slots_ GPUMEM_GUARDED_BY(mutex_);  // index = bit in the heap's masks
+  std::size_t bytes_in_use_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t peak_physical_ GPUMEM_GUARDED_BY(mutex_){};
   std::size_t device_total_{};  // the provider's total memory: a growth beyond it fails before creating anything
   std::size_t max_mapping_slabs_{1};
   std::size_t mapping_divisor_{64};
-  std::size_t created_{}, moved_{}, released_{};
+  std::size_t created_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t moved_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t released_ GPUMEM_GUARDED_BY(mutex_){};
+  detail::invariant_sampler invariant_sampler_;  // which calls check_invariants() after them (debug builds)
 };
 
 }  // namespace gpumem::mr

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <utility>
 #include <vector>
@@ -35,7 +34,7 @@ class thread_caches {
     tls_caches_gone = true;
     tls_last_thread_cache = {0, nullptr};
     for (auto& [id, c] : entries_) {
-      std::lock_guard lock{c->lock};
+      lock_guard lock{c->lock};
       if (!c->detached) {
         c->owner->thread_exiting(c->cache);
         c->detached = true;
@@ -55,7 +54,7 @@ class thread_caches {
   void add(std::uint64_t id, std::shared_ptr<thread_cache> c)
   {
     std::erase_if(entries_, [](auto const& entry) {
-      std::lock_guard lock{entry.second->lock};
+      lock_guard lock{entry.second->lock};
       return entry.second->detached;
     });
     entries_.emplace_back(id, std::move(c));
@@ -77,9 +76,9 @@ thread_cache_registry::thread_cache_registry(thread_cache_owner* owner) : id_{ne
 
 thread_cache_registry::~thread_cache_registry()
 {
-  std::lock_guard registry_lock{mutex_};
+  lock_guard registry_lock{mutex_};
   for (auto const& c : caches_) {
-    std::lock_guard cache_lock{c->lock};
+    lock_guard cache_lock{c->lock};
     c->detached = true;
   }
 }
@@ -93,15 +92,15 @@ thread_cache* thread_cache_registry::local_slow() noexcept
     try {
       auto made = std::make_shared<thread_cache>(owner_);
       {
-        std::lock_guard registry_lock{mutex_};
+        lock_guard registry_lock{mutex_};
         caches_.push_back(made);
       }
       found = made.get();
       try {
         mine.add(id_, std::move(made));
       } catch (...) {  // the registry holds it; detach it so that nobody uses a cache no thread owns
-        std::lock_guard registry_lock{mutex_};
-        std::lock_guard cache_lock{found->lock};
+        lock_guard registry_lock{mutex_};
+        lock_guard cache_lock{found->lock};
         found->detached = true;
         return nullptr;
       }
@@ -116,7 +115,7 @@ thread_cache* thread_cache_registry::local_slow() noexcept
 void thread_cache_registry::prune_locked() noexcept
 {
   std::erase_if(caches_, [](auto const& c) {
-    std::lock_guard lock{c->lock};
+    lock_guard lock{c->lock};
     return c->detached;
   });
 }

@@ -20,28 +20,28 @@
  */
 #pragma once
 
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/detail/block_cache.hpp>
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 namespace gpumem::detail {
 
 /// A lock for a cache that its own thread takes on every operation and other threads take rarely.
-class cache_lock {
+class GPUMEM_CAPABILITY("cache_lock") cache_lock {
  public:
-  void lock() noexcept
+  void lock() noexcept GPUMEM_ACQUIRE()
   {
     while (locked_.exchange(true, std::memory_order_acquire)) {
       while (locked_.load(std::memory_order_relaxed)) { std::this_thread::yield(); }
     }
   }
-  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+  void unlock() noexcept GPUMEM_RELEASE() { locked_.store(false, std::memory_order_release); }
 
  private:
   std::atomic<bool> locked_{false};
@@ -64,9 +64,9 @@ class thread_cache_owner {
 struct thread_cache {
   explicit thread_cache(thread_cache_owner* o) noexcept : owner{o} {}
   cache_lock lock;
-  bool detached{false};  // guarded by lock; a detached cache is never used again
+  bool detached GPUMEM_GUARDED_BY(lock){false};  // a detached cache is never used again
   thread_cache_owner* const owner;
-  block_cache cache;  // guarded by lock
+  block_cache cache GPUMEM_GUARDED_BY(lock);
 };
 
 /// The calling thread's most recently used cache (the fast path's memo).
@@ -105,21 +105,22 @@ class GPUMEM_EXPORT thread_cache_registry {
 
   /// Calls f(block_cache&) for every attached cache, each locked during its call, one at a time.
   template <class F>
-  void for_each(F&& f)
+  void for_each(F&& f) GPUMEM_EXCLUDES(mutex_)
   {
-    std::lock_guard registry_lock{mutex_};
+    lock_guard registry_lock{mutex_};
     prune_locked();
     for (auto const& c : caches_) {
-      std::lock_guard cache_lock{c->lock};
+      lock_guard cache_lock{c->lock};
       if (!c->detached) { f(c->cache); }
     }
   }
 
   /// Calls f(std::vector<block_cache const*> const&) with every attached cache locked at once.
+  /// Not analysed: the analysis cannot follow a lock taken per element of a container.
   template <class F>
-  void with_all_locked(F&& f)
+  void with_all_locked(F&& f) GPUMEM_EXCLUDES(mutex_) GPUMEM_NO_THREAD_SAFETY_ANALYSIS
   {
-    std::lock_guard registry_lock{mutex_};
+    lock_guard registry_lock{mutex_};
     prune_locked();
     for (auto const& c : caches_) { c->lock.lock(); }
     try {
@@ -136,11 +137,11 @@ class GPUMEM_EXPORT thread_cache_registry {
 
   /// Calls f(block_cache&) for every attached cache (locked), then detaches it. For the owner's destructor.
   template <class F>
-  void detach_all(F&& f) noexcept
+  void detach_all(F&& f) noexcept GPUMEM_EXCLUDES(mutex_)
   {
-    std::lock_guard registry_lock{mutex_};
+    lock_guard registry_lock{mutex_};
     for (auto const& c : caches_) {
-      std::lock_guard cache_lock{c->lock};
+      lock_guard cache_lock{c->lock};
       if (!c->detached) {
         f(c->cache);
         c->detached = true;
@@ -150,13 +151,13 @@ class GPUMEM_EXPORT thread_cache_registry {
   }
 
  private:
-  thread_cache* local_slow() noexcept;
-  void prune_locked() noexcept;
+  thread_cache* local_slow() noexcept GPUMEM_EXCLUDES(mutex_);
+  void prune_locked() noexcept GPUMEM_REQUIRES(mutex_);
 
   std::uint64_t const id_;
   thread_cache_owner* const owner_;
-  std::mutex mutex_;
-  std::vector<std::shared_ptr<thread_cache>> caches_;  // GUARDED_BY(mutex_)
+  mutex mutex_;
+  std::vector<std::shared_ptr<thread_cache>> caches_ GPUMEM_GUARDED_BY(mutex_);
 };
 
 }  // namespace gpumem::detail
