@@ -42,7 +42,7 @@ spill_manager::~spill_manager()
   // without a manager (their device copies then come from the upstream).
   std::vector<detail::unified_storage*> remaining;
   {
-    std::lock_guard lock{mutex_};
+    detail::lock_guard lock{mutex_};
     remaining.assign(buffers_.begin(), buffers_.end());
   }
   for (auto* storage : remaining) {
@@ -51,7 +51,7 @@ spill_manager::~spill_manager()
       std::fprintf(stderr,
                    "gpumem: spill_manager destroyed while a buffer's device data could not be copied back; the "
                    "buffer keeps its device copy from the manager's upstream\n");
-      std::lock_guard lock{mutex_};
+      detail::lock_guard lock{mutex_};
       unlink(storage);
     }
     try {
@@ -65,13 +65,13 @@ spill_manager::~spill_manager()
 
 std::size_t spill_manager::resident_buffers() const
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return resident_;
 }
 
 spill_statistics spill_manager::statistics() const
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return statistics_;
 }
 
@@ -84,7 +84,7 @@ spill_manager::spill_result spill_manager::spill_some(std::size_t bytes)
   while (result.freed < bytes && attempts-- > 0) {
     detail::unified_storage* victim = nullptr;
     {
-      std::lock_guard lock{mutex_};
+      detail::lock_guard lock{mutex_};
       std::size_t busy = 0;
       for (auto* s = oldest_; s != nullptr; s = s->lru_newer_) {
         if (s->has_residency_hold()) { continue; }
@@ -109,7 +109,7 @@ spill_manager::spill_result spill_manager::spill_some(std::size_t bytes)
     }
     std::size_t const n = victim->spill_device_copy();
     {
-      std::lock_guard lock{mutex_};
+      detail::lock_guard lock{mutex_};
       if (n == 0 && victim->device_allocated_) { link_newest(victim); }  // its data could not be saved: it keeps its copy
       --spills_in_flight_;
     }
@@ -146,33 +146,33 @@ bool spill_manager::on_out_of_memory(std::size_t bytes, void* self)
     waited = true;
     pause = std::min(pause * 2, std::chrono::microseconds{std::chrono::milliseconds{10}});
   }
-  std::lock_guard lock{manager->mutex_};
+  detail::lock_guard lock{manager->mutex_};
   ++manager->statistics_.failed_allocations;
   return false;
 }
 
 void spill_manager::on_buffer_created(detail::unified_storage* storage)
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   buffers_.insert(storage);
 }
 
 void spill_manager::on_buffer_destroyed(detail::unified_storage* storage) noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   unlink(storage);
   buffers_.erase(storage);
 }
 
 void spill_manager::on_device_allocated(detail::unified_storage* storage)
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   link_newest(storage);
 }
 
 void spill_manager::on_device_used(detail::unified_storage* storage) noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   if (!storage->in_lru_ || storage == newest_) { return; }
   unlink(storage);
   link_newest(storage);
@@ -180,7 +180,7 @@ void spill_manager::on_device_used(detail::unified_storage* storage) noexcept
 
 void spill_manager::on_device_cold(detail::unified_storage* storage) noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   if (!storage->in_lru_) { return; }
   unlink(storage);
   link_oldest(storage);
@@ -188,13 +188,13 @@ void spill_manager::on_device_cold(detail::unified_storage* storage) noexcept
 
 void spill_manager::on_device_freed(detail::unified_storage* storage) noexcept
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   unlink(storage);
 }
 
 void spill_manager::on_spilled(std::size_t bytes, bool copied_back)
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   ++statistics_.spills;
   statistics_.bytes_spilled += bytes;
   if (copied_back) {

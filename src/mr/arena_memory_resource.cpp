@@ -12,6 +12,7 @@
 #include "mr/arena/arena_slot.hpp"
 
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/mr/arena_memory_resource.hpp>
 #include <gpumem/mr/detail/align.hpp>
@@ -26,8 +27,6 @@
 #include <iterator>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <shared_mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -124,7 +123,7 @@ struct arena_memory_resource::impl {
     bool const per_thread = uses_thread_arena(stream);
     auto created = std::make_unique<arena_slot>(per_thread ? arena_slot::kind::per_thread : arena_slot::kind::per_stream,
                                                 stream.value());
-    std::unique_lock lock{registry_mutex};
+    detail::lock_guard lock{registry_mutex};
     arena_slot* slot = nullptr;
     if (per_thread) {
       slot = thread_arenas.try_emplace(std::this_thread::get_id(), std::move(created)).first->second.get();
@@ -140,13 +139,13 @@ struct arena_memory_resource::impl {
   {
     if (uses_thread_arena(stream)) {
       if (cached_thread_arena.resource_id == id) { return cached_thread_arena.slot; }
-      std::shared_lock lock{registry_mutex};
+      detail::shared_lock lock{registry_mutex};
       auto const found = thread_arenas.find(std::this_thread::get_id());
       if (found == thread_arenas.end()) { return nullptr; }
       cached_thread_arena = {id, found->second.get()};
       return found->second.get();
     }
-    std::shared_lock lock{registry_mutex};
+    detail::shared_lock lock{registry_mutex};
     auto const found = stream_arenas.find(stream.value());
     return found == stream_arenas.end() ? nullptr : found->second.get();
   }
@@ -155,7 +154,7 @@ struct arena_memory_resource::impl {
   /// resource, so the pointers stay valid after the lock is dropped.
   std::vector<arena_slot*> all_arenas() const
   {
-    std::shared_lock lock{registry_mutex};
+    detail::shared_lock lock{registry_mutex};
     std::vector<arena_slot*> slots;
     slots.reserve(thread_arenas.size() + stream_arenas.size());
     for (auto const& entry : thread_arenas) { slots.push_back(entry.second.get()); }
@@ -168,11 +167,11 @@ struct arena_memory_resource::impl {
   /// A small block from `slot`, fetching one superblock from the global arena when the slot has no room.
   std::optional<std::uintptr_t> try_allocate_small(arena_slot& slot, std::size_t bytes)
   {
-    std::lock_guard lock{slot.mutex};
+    detail::lock_guard lock{slot.mutex};
     if (auto const address = slot.arena.allocate(bytes)) { return address; }
     std::optional<address_range> superblock;
     {
-      std::lock_guard global_lock{global_mutex};
+      detail::lock_guard global_lock{global_mutex};
       superblock = global.acquire_superblock();
       if (!superblock) { return std::nullopt; }
       try {
@@ -185,7 +184,7 @@ struct arena_memory_resource::impl {
     try {
       slot.arena.add_superblock(*superblock);
     } catch (...) {
-      std::lock_guard global_lock{global_mutex};
+      detail::lock_guard global_lock{global_mutex};
       owner_of.erase(superblock->begin);
       (void)global.release_superblock(*superblock);
       throw;
@@ -196,7 +195,7 @@ struct arena_memory_resource::impl {
   /// A block of the global arena's own (any size): its free space is safe for every stream.
   std::optional<std::uintptr_t> try_allocate_global(std::size_t bytes)
   {
-    std::lock_guard lock{global_mutex};
+    detail::lock_guard lock{global_mutex};
     return global.allocate_block(bytes);
   }
 
@@ -214,7 +213,7 @@ struct arena_memory_resource::impl {
   {
     arena_slot* const own = find_arena(stream);
     for (arena_slot* slot : all_arenas()) {
-      std::lock_guard lock{slot->mutex};
+      detail::lock_guard lock{slot->mutex};
       if (slot->arena.largest_free() < bytes) { continue; }
       if (slot != own) { slot->wait_for_streams(std::nullopt); }
       if (auto const address = slot->arena.allocate(bytes)) { return address; }
@@ -248,10 +247,10 @@ struct arena_memory_resource::impl {
   /// @pre slot.mutex is held, `superblock` is an empty superblock of the slot and the slot's streams are done
   /// with it. Moves it to the global arena. @return false (nothing moved) if the arena refuses to give it up,
   /// which only a broken invariant can cause.
-  [[nodiscard]] bool give_back(arena_slot& slot, address_range superblock) noexcept
+  [[nodiscard]] bool give_back(arena_slot& slot, address_range superblock) noexcept GPUMEM_REQUIRES(slot.mutex)
   {
     if (!slot.arena.remove_empty_superblock(superblock)) { return false; }
-    std::lock_guard lock{global_mutex};
+    detail::lock_guard lock{global_mutex};
     owner_of.erase(superblock.begin);
     return global.release_superblock(superblock);
   }
@@ -259,6 +258,7 @@ struct arena_memory_resource::impl {
   /// @pre slot.mutex is held. Moves the slot's empty superblocks to the global arena while the slot keeps at
   /// least `keep_free` free bytes, after waiting for the slot's streams. @throws cuda_error from the wait.
   void release_empty_superblocks(arena_slot& slot, std::optional<cudaStream_t> freeing_stream, std::size_t keep_free)
+    GPUMEM_REQUIRES(slot.mutex)
   {
     auto superblock = slot.arena.first_empty_superblock();
     if (!superblock || slot.arena.free_bytes() < superblock->size + keep_free) { return; }
@@ -271,7 +271,7 @@ struct arena_memory_resource::impl {
   void defragment()
   {
     for (arena_slot* slot : all_arenas()) {
-      std::lock_guard lock{slot->mutex};
+      detail::lock_guard lock{slot->mutex};
       release_empty_superblocks(*slot, std::nullopt, 0);
     }
   }
@@ -310,7 +310,7 @@ struct arena_memory_resource::impl {
     }
     address_range const block{to_address(ptr), *size};
     if (arena_slot* own = find_arena(stream)) {
-      std::lock_guard lock{own->mutex};
+      detail::lock_guard lock{own->mutex};
       if (own->arena.owns(block.begin)) {
         if (!own->note_free(stream.value())) {
           report_invalid(ptr, bytes, "the stream's fence event could not be recorded, so the block is leaked");
@@ -339,7 +339,7 @@ struct arena_memory_resource::impl {
   }
 
   /// @pre global_mutex is held. @return the arena of the superblock that overlaps `block`, or nullptr.
-  arena_slot* superblock_owner_locked(address_range block) const noexcept
+  arena_slot* superblock_owner_locked(address_range block) const noexcept GPUMEM_REQUIRES(global_mutex)
   {
     auto const after = owner_of.lower_bound(block.end());  // first superblock starting at or after the end
     if (after == owner_of.begin()) { return nullptr; }
@@ -354,7 +354,7 @@ struct arena_memory_resource::impl {
   {
     arena_slot* owner = nullptr;
     {
-      std::lock_guard lock{global_mutex};
+      detail::lock_guard lock{global_mutex};
       owner = superblock_owner_locked(block);
     }
     if (!wait_for_stream(stream)) {
@@ -362,13 +362,13 @@ struct arena_memory_resource::impl {
       return;
     }
     if (owner == nullptr) {
-      std::lock_guard lock{global_mutex};
+      detail::lock_guard lock{global_mutex};
       if (!global.deallocate_block(block)) {
         report_invalid(ptr, bytes, "not a live block of this resource (freed twice, wrong size, never handed out?)");
       }
       return;
     }
-    std::lock_guard lock{owner->mutex};
+    detail::lock_guard lock{owner->mutex};
     auto const result = owner->arena.deallocate(block);
     if (result.status == detail::local_arena::free_status::double_free) {
       report_invalid(ptr, bytes, "the block overlaps free memory (freed twice?)");
@@ -386,11 +386,11 @@ struct arena_memory_resource::impl {
     std::size_t cached_free = 0;
     auto const slots = all_arenas();
     for (arena_slot* slot : slots) {
-      std::lock_guard lock{slot->mutex};
+      detail::lock_guard lock{slot->mutex};
       owned += slot->arena.owned_bytes();
       cached_free += slot->arena.free_bytes();
     }
-    std::lock_guard lock{global_mutex};
+    detail::lock_guard lock{global_mutex};
     std::ostringstream text;
     text << resource_name << " state: arena " << format_bytes(arena_size) << ", global free "
          << format_bytes(global.free_bytes()) << " in " << global.free_range_count() << " ranges, largest free range "
@@ -407,7 +407,7 @@ struct arena_memory_resource::impl {
     text << summary() << "\n";
     std::size_t index = 0;
     for (arena_slot* slot : all_arenas()) {
-      std::lock_guard lock{slot->mutex};
+      detail::lock_guard lock{slot->mutex};
       text << "  arena " << index++ << " ("
            << (slot->arena_kind() == arena_slot::kind::per_thread ? "per-thread" : "per-stream");
       if (slot->arena_kind() == arena_slot::kind::per_stream) { text << " " << cuda_stream_view{slot->stream()}; }
@@ -418,15 +418,16 @@ struct arena_memory_resource::impl {
     return text.str();
   }
 
-  void check_invariants() const
+  /// Not analysed: it holds every slot's lock at once, taken in a loop, which the analysis cannot follow.
+  void check_invariants() const GPUMEM_NO_THREAD_SAFETY_ANALYSIS
   {
-    std::shared_lock registry_lock{registry_mutex};
+    detail::shared_lock registry_lock{registry_mutex};
     std::vector<arena_slot*> slots;
     for (auto const& entry : thread_arenas) { slots.push_back(entry.second.get()); }
     for (auto const& entry : stream_arenas) { slots.push_back(entry.second.get()); }
-    std::vector<std::unique_lock<std::mutex>> slot_locks;
-    for (arena_slot* slot : slots) { slot_locks.emplace_back(slot->mutex); }
-    std::lock_guard global_lock{global_mutex};
+    std::vector<std::unique_ptr<detail::lock_guard<detail::mutex>>> slot_locks;
+    for (arena_slot* slot : slots) { slot_locks.push_back(std::make_unique<detail::lock_guard<detail::mutex>>(slot->mutex)); }
+    detail::lock_guard global_lock{global_mutex};
     auto fail = [](std::string const& what) { throw std::logic_error(what); };
     try {
       global.check_invariants();
@@ -434,6 +435,7 @@ struct arena_memory_resource::impl {
       for (arena_slot* slot : slots) {
         slot->arena.check_invariants();
         slot->arena.for_each_superblock([&](address_range superblock) {
+          global_mutex.assert_held();  // taken above; the analysis does not follow it into a callback
           ++superblocks;
           auto const found = owner_of.find(superblock.begin);
           if (found == owner_of.end() || found->second != slot) {
@@ -468,18 +470,17 @@ struct arena_memory_resource::impl {
   std::uint64_t const id{next_resource_id.fetch_add(1, std::memory_order_relaxed)};
   void* const base;                                   // the upstream allocation: arena_size bytes
 
-  mutable std::mutex global_mutex;
-  detail::global_arena global;                        // guarded by global_mutex
-  // guarded by global_mutex: superblock start -> the arena holding it. Its keys are exactly the superblocks
-  // of all local arenas (== global.superblocks_out()); an entry changes only with the owning slot's mutex
-  // held too, so a holder of either lock sees a superblock's owner.
-  std::map<std::uintptr_t, arena_slot*> owner_of;
+  mutable detail::mutex global_mutex;
+  detail::global_arena global GPUMEM_GUARDED_BY(global_mutex);
+  // Superblock start -> the arena holding it. Its keys are exactly the superblocks of all local arenas
+  // (== global.superblocks_out()); an entry changes only with the owning slot's mutex held too, so a holder
+  // of either lock sees a superblock's owner.
+  std::map<std::uintptr_t, arena_slot*> owner_of GPUMEM_GUARDED_BY(global_mutex);
 
-  // guarded by registry_mutex. Slots are never removed before the resource dies: owner_of and the thread
-  // caches point at them.
-  mutable std::shared_mutex registry_mutex;
-  std::unordered_map<std::thread::id, std::unique_ptr<arena_slot>> thread_arenas;
-  std::unordered_map<cudaStream_t, std::unique_ptr<arena_slot>> stream_arenas;
+  // Slots are never removed before the resource dies: owner_of and the thread caches point at them.
+  mutable detail::shared_mutex registry_mutex;
+  std::unordered_map<std::thread::id, std::unique_ptr<arena_slot>> thread_arenas GPUMEM_GUARDED_BY(registry_mutex);
+  std::unordered_map<cudaStream_t, std::unique_ptr<arena_slot>> stream_arenas GPUMEM_GUARDED_BY(registry_mutex);
 
   std::atomic<std::size_t> invalid_deallocations{0};
   detail::invariant_sampler invariant_sampler;  // which calls check_invariants() after them (debug builds)
@@ -509,25 +510,25 @@ std::size_t arena_memory_resource::large_allocation_threshold() const noexcept {
 
 std::size_t arena_memory_resource::global_free_bytes() const noexcept
 {
-  std::lock_guard lock{impl_->global_mutex};
+  detail::lock_guard lock{impl_->global_mutex};
   return impl_->global.free_bytes();
 }
 
 std::size_t arena_memory_resource::global_largest_free_range() const noexcept
 {
-  std::lock_guard lock{impl_->global_mutex};
+  detail::lock_guard lock{impl_->global_mutex};
   return impl_->global.largest_free();
 }
 
 std::size_t arena_memory_resource::global_free_range_count() const noexcept
 {
-  std::lock_guard lock{impl_->global_mutex};
+  detail::lock_guard lock{impl_->global_mutex};
   return impl_->global.free_range_count();
 }
 
 std::size_t arena_memory_resource::arena_count() const noexcept
 {
-  std::shared_lock lock{impl_->registry_mutex};
+  detail::shared_lock lock{impl_->registry_mutex};
   return impl_->thread_arenas.size() + impl_->stream_arenas.size();
 }
 

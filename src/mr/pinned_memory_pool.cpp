@@ -3,6 +3,7 @@
 // completed. The queue is looked at only when the free list cannot serve a request (then before growing).
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_device_id.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/detail/coalescing_free_list.hpp>
@@ -14,7 +15,6 @@
 #include <deque>
 #include <exception>
 #include <iterator>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -60,18 +60,18 @@ struct pinned_memory_pool::impl {
     int device;
   };
 
-  mutable std::mutex mutex;
-  detail::coalescing_free_list free_list{block_alignment};
-  detail::chunk_map chunks;                             // chunk start -> size
-  std::unordered_map<std::uintptr_t, std::size_t> in_use;  // block start -> block size
-  std::deque<pending_block> pending;                    // in deallocate_async order
-  std::vector<spare_event> spare_events;
-  std::size_t reserved{};
-  std::size_t in_use_bytes{};
-  std::size_t pending_bytes{};
+  mutable detail::mutex mutex;
+  detail::coalescing_free_list free_list GPUMEM_GUARDED_BY(mutex){block_alignment};
+  detail::chunk_map chunks GPUMEM_GUARDED_BY(mutex);                                // chunk start -> size
+  std::unordered_map<std::uintptr_t, std::size_t> in_use GPUMEM_GUARDED_BY(mutex);  // block start -> block size
+  std::deque<pending_block> pending GPUMEM_GUARDED_BY(mutex);                       // in deallocate_async order
+  std::vector<spare_event> spare_events GPUMEM_GUARDED_BY(mutex);
+  std::size_t reserved GPUMEM_GUARDED_BY(mutex){};
+  std::size_t in_use_bytes GPUMEM_GUARDED_BY(mutex){};
+  std::size_t pending_bytes GPUMEM_GUARDED_BY(mutex){};
 
-  /// Takes a block of `size` bytes from the free list, splitting off the rest. Caller holds the lock.
-  [[nodiscard]] void* take(std::size_t size)
+  /// Takes a block of `size` bytes from the free list, splitting off the rest.
+  [[nodiscard]] void* take(std::size_t size) GPUMEM_REQUIRES(mutex)
   {
     auto block = free_list.get_block(size);
     if (!block) { return nullptr; }
@@ -83,8 +83,8 @@ struct pinned_memory_pool::impl {
     return reinterpret_cast<void*>(block->address);  // NOLINT(performance-no-int-to-ptr)
   }
 
-  /// Moves every pending block whose event has completed to the free list. Caller holds the lock.
-  void reclaim_completed() noexcept
+  /// Moves every pending block whose event has completed to the free list.
+  void reclaim_completed() noexcept GPUMEM_REQUIRES(mutex)
   {
     auto& backend = detail::get_backend();
     for (auto it = pending.begin(); it != pending.end();) {
@@ -103,9 +103,8 @@ struct pinned_memory_pool::impl {
     }
   }
 
-  /// Returns a pending block's bytes to the free list and its event (if any) to the spares. Caller holds
-  /// the lock.
-  void give_back(detail::free_block const& block, spare_event event) noexcept
+  /// Returns a pending block's bytes to the free list and its event (if any) to the spares.
+  void give_back(detail::free_block const& block, spare_event event) noexcept GPUMEM_REQUIRES(mutex)
   {
     pending_bytes -= block.size;
     if (event.event != nullptr) {
@@ -124,22 +123,46 @@ struct pinned_memory_pool::impl {
   }
 
   /// Waits for every pending block (without the lock) and reclaims them.
-  void wait_all(std::unique_lock<std::mutex>& lock)
+  void wait_all() GPUMEM_REQUIRES(mutex)
   {
     while (!pending.empty()) {
       auto const front = pending.front();
-      lock.unlock();
-      try {
-        detail::get_backend().event_synchronize(front.event);
-      } catch (...) {  // NOLINT(bugprone-empty-catch): a failed stream's work never runs; the block is free
+      {
+        detail::unlock_guard const unlocked{mutex};
+        try {
+          detail::get_backend().event_synchronize(front.event);
+        } catch (...) {  // NOLINT(bugprone-empty-catch): a failed stream's work never runs; the block is free
+        }
       }
-      lock.lock();
       reclaim_completed();  // the front's event has completed, so this reclaims at least the front
     }
   }
 
-  /// Removes and returns the chunks that are wholly free. Caller holds the lock.
-  [[nodiscard]] std::vector<detail::free_block> take_free_chunks()
+  /// Adds a chunk for a block of `size` bytes, within options.maximum_bytes. The slow cudaMallocHost runs
+  /// without the lock. @return false when the limit leaves no room or no pinned memory came.
+  bool grow(std::size_t size, pinned_pool_options const& options) GPUMEM_REQUIRES(mutex)
+  {
+    std::size_t chunk = std::max(options.chunk_size, *detail::checked_align_up(size, chunk_granularity));
+    if (options.maximum_bytes != 0) {
+      if (reserved >= options.maximum_bytes) { return false; }
+      chunk = std::min(chunk, options.maximum_bytes - reserved);
+      if (chunk < size) { return false; }
+    }
+    void* memory = nullptr;
+    {
+      detail::unlock_guard const unlocked{mutex};
+      memory = detail::get_backend().malloc_pinned(chunk);
+    }
+    if (memory == nullptr) { return false; }
+    auto const address = reinterpret_cast<std::uintptr_t>(memory);
+    chunks.emplace(address, chunk);
+    reserved += chunk;
+    free_list.insert_chunk(address, chunk);
+    return true;
+  }
+
+  /// Removes and returns the chunks that are wholly free.
+  [[nodiscard]] std::vector<detail::free_block> take_free_chunks() GPUMEM_REQUIRES(mutex)
   {
     auto whole = free_list.remove_whole_chunks(chunks);
     for (auto const& chunk : whole) {
@@ -149,7 +172,7 @@ struct pinned_memory_pool::impl {
     return whole;
   }
 
-  [[nodiscard]] std::string describe() const
+  [[nodiscard]] std::string describe() const GPUMEM_REQUIRES(mutex)
   {
     return "pinned pool: " + format_bytes(reserved) + " reserved in " + std::to_string(chunks.size()) +
            " chunks, " + format_bytes(in_use_bytes) + " in use, " + format_bytes(pending_bytes) +
@@ -168,9 +191,9 @@ pinned_memory_pool::pinned_memory_pool(pinned_pool_options options)
 
 pinned_memory_pool::~pinned_memory_pool()
 {
-  std::unique_lock lock{impl_->mutex};
+  detail::lock_guard lock{impl_->mutex};
   try {
-    impl_->wait_all(lock);
+    impl_->wait_all();
   } catch (...) {  // NOLINT(bugprone-empty-catch): destruction goes on
   }
   auto& backend = detail::get_backend();
@@ -191,49 +214,24 @@ void* pinned_memory_pool::do_allocate(std::size_t bytes, std::size_t alignment)
   expects(alignment <= block_alignment && detail::is_pow2(alignment),
           "alignment " + std::to_string(alignment) + " is not a power of two up to 256");
   std::size_t const size = block_size_for(bytes);
-  std::unique_lock lock{impl_->mutex};
+  detail::unique_lock lock{impl_->mutex};
   if (void* p = impl_->take(size)) { return p; }
   impl_->reclaim_completed();
   if (void* p = impl_->take(size)) { return p; }
 
-  // Grow: a new chunk, within maximum_bytes. The slow cudaMallocHost runs without the lock.
-  auto try_grow = [&]() -> bool {
-    std::size_t chunk = std::max(options_.chunk_size, *detail::checked_align_up(size, chunk_granularity));
-    if (options_.maximum_bytes != 0) {
-      if (impl_->reserved >= options_.maximum_bytes) { return false; }
-      chunk = std::min(chunk, options_.maximum_bytes - impl_->reserved);
-      if (chunk < size) { return false; }
-    }
-    lock.unlock();
-    void* memory = nullptr;
-    std::exception_ptr failure;
-    try {
-      memory = detail::get_backend().malloc_pinned(chunk);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    lock.lock();
-    if (failure) { std::rethrow_exception(failure); }
-    if (memory == nullptr) { return false; }
-    auto const address = reinterpret_cast<std::uintptr_t>(memory);
-    impl_->chunks.emplace(address, chunk);
-    impl_->reserved += chunk;
-    impl_->free_list.insert_chunk(address, chunk);
-    return true;
-  };
-
-  if (try_grow()) {
+  // Grow: a new chunk, within maximum_bytes.
+  if (impl_->grow(size, options_)) {
     if (void* p = impl_->take(size)) { return p; }
   }
   // No new memory: wait for the blocks still in flight, then give back wholly free chunks so that one
   // chunk of the right size may fit under the limit, and try once more.
-  impl_->wait_all(lock);
+  impl_->wait_all();
   if (void* p = impl_->take(size)) { return p; }
   auto freed = impl_->take_free_chunks();
   for (auto const& chunk : freed) {
     detail::get_backend().free_pinned(reinterpret_cast<void*>(chunk.address));  // NOLINT(performance-no-int-to-ptr)
   }
-  if (!freed.empty() && try_grow()) {
+  if (!freed.empty() && impl_->grow(size, options_)) {
     if (void* p = impl_->take(size)) { return p; }
   }
   std::string const details = impl_->describe() +
@@ -246,7 +244,7 @@ void* pinned_memory_pool::do_allocate(std::size_t bytes, std::size_t alignment)
 void pinned_memory_pool::do_deallocate(void* ptr, std::size_t bytes, std::size_t /*alignment*/)
 {
   std::size_t const size = block_size_for(bytes);
-  std::lock_guard lock{impl_->mutex};
+  detail::lock_guard lock{impl_->mutex};
   auto const it = impl_->in_use.find(reinterpret_cast<std::uintptr_t>(ptr));
   expects(it != impl_->in_use.end(), "pointer " + format_pointer(ptr) +
                                        " is not a block in use of this pinned_memory_pool (double free, or "
@@ -271,7 +269,7 @@ void pinned_memory_pool::deallocate_async(void* ptr, std::size_t bytes, cuda_str
   }
   cudaEvent_t event = nullptr;
   {
-    std::lock_guard lock{impl_->mutex};
+    detail::lock_guard lock{impl_->mutex};
     auto const it = impl_->in_use.find(reinterpret_cast<std::uintptr_t>(ptr));
     std::size_t const size = bytes == 0 ? block_alignment : detail::align_up(bytes, block_alignment);
     if (it == impl_->in_use.end() || it->second != size) {
@@ -304,11 +302,11 @@ void pinned_memory_pool::deallocate_async(void* ptr, std::size_t bytes, cuda_str
       backend.stream_synchronize(stream.value());
     } catch (...) {  // NOLINT(bugprone-empty-catch): a failed stream's work never runs
     }
-    std::lock_guard lock{impl_->mutex};
+    detail::lock_guard lock{impl_->mutex};
     impl_->give_back(block, {nullptr, device});
     return;
   }
-  std::lock_guard lock{impl_->mutex};
+  detail::lock_guard lock{impl_->mutex};
   impl_->pending.push_back({block, event, device});
 }
 
@@ -316,7 +314,7 @@ void pinned_memory_pool::release_free_chunks() noexcept
 {
   std::vector<detail::free_block> freed;
   {
-    std::lock_guard lock{impl_->mutex};
+    detail::lock_guard lock{impl_->mutex};
     impl_->reclaim_completed();
     try {
       freed = impl_->take_free_chunks();
@@ -330,13 +328,13 @@ void pinned_memory_pool::release_free_chunks() noexcept
 
 void pinned_memory_pool::wait_pending()
 {
-  std::unique_lock lock{impl_->mutex};
-  impl_->wait_all(lock);
+  detail::lock_guard lock{impl_->mutex};
+  impl_->wait_all();
 }
 
 pinned_pool_usage pinned_memory_pool::usage() const
 {
-  std::lock_guard lock{impl_->mutex};
+  detail::lock_guard lock{impl_->mutex};
   return {impl_->reserved, impl_->in_use_bytes, impl_->pending_bytes, impl_->free_list.total_bytes(),
           impl_->chunks.size()};
 }

@@ -14,6 +14,7 @@
  */
 #pragma once
 
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/failure_callback_resource_adaptor.hpp>
@@ -22,7 +23,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <unordered_set>
 
 namespace gpumem {
@@ -117,19 +117,19 @@ class GPUMEM_EXPORT spill_manager {
   /// How long an allocation waits, in all, for buffers that other threads are using before it fails.
   static constexpr std::chrono::milliseconds busy_wait{1000};
   static bool on_out_of_memory(std::size_t bytes, void* self);
-  void unlink(detail::unified_storage* storage) noexcept;
-  void link_newest(detail::unified_storage* storage) noexcept;
-  void link_oldest(detail::unified_storage* storage) noexcept;
+  void unlink(detail::unified_storage* storage) noexcept GPUMEM_REQUIRES(mutex_);
+  void link_newest(detail::unified_storage* storage) noexcept GPUMEM_REQUIRES(mutex_);
+  void link_oldest(detail::unified_storage* storage) noexcept GPUMEM_REQUIRES(mutex_);
 
   mr::limiting_resource_adaptor limiting_;
   mr::failure_callback_resource_adaptor retrying_;
-  mutable std::mutex mutex_;
-  detail::unified_storage* oldest_{};  // guarded by mutex_
-  detail::unified_storage* newest_{};  // guarded by mutex_
-  std::size_t resident_{};             // guarded by mutex_: buffers in the LRU list
-  std::size_t spills_in_flight_{};     // guarded by mutex_: victims taken out of the LRU, not yet spilled
-  std::unordered_set<detail::unified_storage*> buffers_;  // guarded by mutex_: every buffer using this manager
-  spill_statistics statistics_{};      // guarded by mutex_
+  mutable detail::mutex mutex_;
+  detail::unified_storage* oldest_ GPUMEM_GUARDED_BY(mutex_){};
+  detail::unified_storage* newest_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t resident_ GPUMEM_GUARDED_BY(mutex_){};          // buffers in the LRU list
+  std::size_t spills_in_flight_ GPUMEM_GUARDED_BY(mutex_){};  // victims taken out of the LRU, not yet spilled
+  std::unordered_set<detail::unified_storage*> buffers_ GPUMEM_GUARDED_BY(mutex_);  // every buffer using this manager
+  spill_statistics statistics_ GPUMEM_GUARDED_BY(mutex_){};
 };
 
 }  // namespace gpumem

@@ -7,6 +7,7 @@
 
 #include <gpumem/buffer/unified_buffer.hpp>
 #include <gpumem/buffer/unified_options.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/error.hpp>
 
 #include <cstddef>
@@ -14,7 +15,6 @@
 #include <iterator>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,7 +64,7 @@ class unified_buffer_pool {
             "acquire(" + std::to_string(count) + "): the size overflows");
     std::size_t const bytes = count * sizeof(T);
     {
-      std::lock_guard lock{mutex_};
+      detail::lock_guard lock{mutex_};
       auto it = cached_.lower_bound(bytes);
       if (it != cached_.end() && it->first <= 2 * bytes) {
         auto buffer = std::move(it->second.buffer);
@@ -92,7 +92,7 @@ class unified_buffer_pool {
     std::size_t const capacity = buffer->storage().capacity();
     buffer->storage().reset_for_reuse(0);  // UNINITIALIZED: a spill now just frees the device copy
     std::vector<std::unique_ptr<unified_buffer<T>>> evicted;  // destroyed after the lock is released
-    std::lock_guard lock{mutex_};
+    detail::lock_guard lock{mutex_};
     if (max_cached_bytes_ != 0 && capacity > max_cached_bytes_) {
       evicted.push_back(std::move(buffer));
       return;
@@ -110,7 +110,7 @@ class unified_buffer_pool {
   void clear() noexcept
   {
     decltype(cached_) dropped;  // destroyed after the lock is released
-    std::lock_guard lock{mutex_};
+    detail::lock_guard lock{mutex_};
     dropped.swap(cached_);
     order_.clear();
     cached_bytes_ = 0;
@@ -118,7 +118,7 @@ class unified_buffer_pool {
 
   [[nodiscard]] unified_pool_statistics statistics() const
   {
-    std::lock_guard lock{mutex_};
+    detail::lock_guard lock{mutex_};
     return {hits_, misses_, cached_.size(), cached_bytes_};
   }
   [[nodiscard]] unified_options const& options() const noexcept { return options_; }
@@ -129,8 +129,8 @@ class unified_buffer_pool {
     std::unique_ptr<unified_buffer<T>> buffer;
   };
 
-  /// Removes the buffer released longest ago from the cache. Caller holds the lock; order_ is not empty.
-  [[nodiscard]] std::unique_ptr<unified_buffer<T>> take_oldest()
+  /// Removes the buffer released longest ago from the cache. order_ is not empty.
+  [[nodiscard]] std::unique_ptr<unified_buffer<T>> take_oldest() GPUMEM_REQUIRES(mutex_)
   {
     auto const [sequence, capacity] = *order_.begin();
     order_.erase(order_.begin());
@@ -148,13 +148,14 @@ class unified_buffer_pool {
 
   unified_options options_;
   std::size_t max_cached_bytes_;
-  mutable std::mutex mutex_;
-  std::multimap<std::size_t, entry> cached_;     // capacity -> buffer
-  std::map<std::uint64_t, std::size_t> order_;  // release sequence -> capacity (same buffers as cached_)
-  std::uint64_t next_sequence_{};
-  std::size_t cached_bytes_{};
-  std::uint64_t hits_{};
-  std::uint64_t misses_{};
+  mutable detail::mutex mutex_;
+  std::multimap<std::size_t, entry> cached_ GPUMEM_GUARDED_BY(mutex_);  // capacity -> buffer
+  // Release sequence -> capacity (same buffers as cached_).
+  std::map<std::uint64_t, std::size_t> order_ GPUMEM_GUARDED_BY(mutex_);
+  std::uint64_t next_sequence_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t cached_bytes_ GPUMEM_GUARDED_BY(mutex_){};
+  std::uint64_t hits_ GPUMEM_GUARDED_BY(mutex_){};
+  std::uint64_t misses_ GPUMEM_GUARDED_BY(mutex_){};
 };
 
 }  // namespace gpumem

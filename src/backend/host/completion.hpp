@@ -2,10 +2,11 @@
 // the stream's worker once all work submitted before it has run. Events and cross-stream waits hold these.
 #pragma once
 
+#include <gpumem/detail/thread_annotations.hpp>
+
 #include <chrono>
 #include <condition_variable>
 #include <memory>
-#include <mutex>
 
 namespace gpumem::detail::host {
 
@@ -16,7 +17,7 @@ class completion {
   void signal() noexcept
   {
     {
-      std::lock_guard lock{mutex_};
+      detail::lock_guard lock{mutex_};
       when_ = clock::now();
       done_ = true;
     }
@@ -25,28 +26,28 @@ class completion {
 
   void wait()
   {
-    std::unique_lock lock{mutex_};
-    cv_.wait(lock, [this] { return done_; });
+    detail::unique_lock lock{mutex_};
+    while (!done_) { lock.wait(cv_); }
   }
 
   [[nodiscard]] bool done() const
   {
-    std::lock_guard lock{mutex_};
+    detail::lock_guard lock{mutex_};
     return done_;
   }
 
   /// @pre done()
   [[nodiscard]] clock::time_point when() const
   {
-    std::lock_guard lock{mutex_};
+    detail::lock_guard lock{mutex_};
     return when_;
   }
 
  private:
-  mutable std::mutex mutex_;
+  mutable detail::mutex mutex_;
   std::condition_variable cv_;
-  bool done_{false};          // guarded by mutex_; never goes back to false
-  clock::time_point when_{};  // guarded by mutex_; set together with done_
+  bool done_ GPUMEM_GUARDED_BY(mutex_){false};          // never goes back to false
+  clock::time_point when_ GPUMEM_GUARDED_BY(mutex_){};  // set together with done_
 };
 
 using completion_ptr = std::shared_ptr<completion>;

@@ -26,6 +26,7 @@
 #include "stream_queue.hpp"
 
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/mr/detail/align.hpp>
 
@@ -40,7 +41,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -58,11 +58,13 @@ using host::fail;
 using host::stream_queue;
 
 struct host_event {
+  host_event(unsigned f, int d) noexcept : flags{f}, device{d} {}
+
   unsigned flags;
   int device;  // current at creation: CUDA records an event only on a stream of its own device
-  std::mutex mutex;
-  completion_ptr last;  // guarded by mutex: the latest record's marker; null until first recorded
-  std::optional<captured_record> captured;  // guarded by mutex: set while the latest record was captured
+  detail::mutex mutex;
+  completion_ptr last GPUMEM_GUARDED_BY(mutex);  // the latest record's marker; null until first recorded
+  std::optional<captured_record> captured GPUMEM_GUARDED_BY(mutex);  // set while the latest record was captured
 };
 
 /// What an event's latest record was: a completion marker, or a captured record.
@@ -177,7 +179,7 @@ class host_backend final : public backend {
   [[nodiscard]] bool is_pinned_host(void const* ptr) noexcept override
   {
     if (ptr == nullptr) { return false; }
-    std::lock_guard lock{memory_mutex_};
+    detail::lock_guard lock{memory_mutex_};
     auto it = allocations_.upper_bound(const_cast<void*>(ptr));  // NOLINT: map key only
     if (it == allocations_.begin()) { return false; }
     --it;
@@ -192,7 +194,7 @@ class host_backend final : public backend {
     check_device(device);
     auto pool = make_mempool(device, max_size);
     auto* handle = reinterpret_cast<cudaMemPool_t>(pool.get());
-    std::lock_guard lock{registry_mutex_};
+    detail::lock_guard lock{registry_mutex_};
     mempools_.emplace(handle, std::move(pool));
     return handle;
   }
@@ -201,7 +203,7 @@ class host_backend final : public backend {
   {
     std::unique_ptr<host::host_mempool> doomed;
     {
-      std::lock_guard lock{registry_mutex_};
+      detail::lock_guard lock{registry_mutex_};
       auto const found = mempools_.find(pool);
       if (found == mempools_.end() || is_default_mempool(pool)) {
         std::fprintf(stderr, "gpumem host backend: mempool_destroy of an unknown or default pool %p ignored\n",
@@ -216,7 +218,7 @@ class host_backend final : public backend {
   [[nodiscard]] cudaMemPool_t mempool_default(int device) override
   {
     check_device(device);
-    std::lock_guard lock{registry_mutex_};
+    detail::lock_guard lock{registry_mutex_};
     auto& slot = default_mempools_[static_cast<std::size_t>(device)];
     if (slot == nullptr) {
       auto pool = make_mempool(device, 0);
@@ -253,7 +255,7 @@ class host_backend final : public backend {
       captures_.refuse_if_capturing(*queue, "mempool_free_async", cudaErrorNotSupported, not_emulated_in_capture);
       auto marker = std::make_shared<completion>();
       enqueue(*queue, [marker] { marker->signal(); });
-      std::lock_guard lock{registry_mutex_};
+      detail::lock_guard lock{registry_mutex_};
       for (auto const& [handle, pool] : mempools_) {
         if (pool->free(ptr, queue.get(), marker)) { return; }
       }
@@ -273,7 +275,7 @@ class host_backend final : public backend {
     int const clamped = std::clamp(priority, greatest, least);  // CUDA clamps priorities into range
     auto queue =
       std::make_shared<stream_queue>(current_device_, flags, clamped, stream_queue::role::created);
-    std::lock_guard lock{registry_mutex_};
+    detail::lock_guard lock{registry_mutex_};
     return streams_.add(std::move(queue));
   }
 
@@ -281,7 +283,7 @@ class host_backend final : public backend {
   {
     std::shared_ptr<stream_queue> queue;
     {
-      std::lock_guard lock{registry_mutex_};
+      detail::lock_guard lock{registry_mutex_};
       auto [found, state] = streams_.remove(stream);
       if (state == host::handle_state::destroyed) { host::stop_on_destroyed_handle("stream", stream, "stream_destroy"); }
       if (state == host::handle_state::unknown) {
@@ -340,13 +342,13 @@ class host_backend final : public backend {
       fail(cudaErrorInvalidValue, "event_create: an interprocess event must also disable timing");
     }
     auto event = std::make_shared<host_event>(flags, current_device_);
-    std::lock_guard lock{registry_mutex_};
+    detail::lock_guard lock{registry_mutex_};
     return events_.add(std::move(event));
   }
 
   void event_destroy(cudaEvent_t event) noexcept override
   {
-    std::lock_guard lock{registry_mutex_};
+    detail::lock_guard lock{registry_mutex_};
     auto const state = events_.remove(event).second;
     if (state == host::handle_state::destroyed) { host::stop_on_destroyed_handle("event", event, "event_destroy"); }
     if (state == host::handle_state::unknown) {
@@ -365,13 +367,13 @@ class host_backend final : public backend {
       fail(cudaErrorInvalidResourceHandle, what.c_str());
     }
     if (auto captured = captures_.capture_event_record(*queue)) {
-      std::lock_guard lock{target->mutex};
+      detail::lock_guard lock{target->mutex};
       target->captured = std::move(captured);
       return;
     }
     auto marker = std::make_shared<completion>();
     {
-      std::lock_guard lock{target->mutex};
+      detail::lock_guard lock{target->mutex};
       target->last = marker;
       target->captured.reset();
     }
@@ -500,7 +502,7 @@ class host_backend final : public backend {
       if (counter != nullptr) { counter->fetch_sub(*rounded, std::memory_order_relaxed); }
       return nullptr;
     }
-    std::lock_guard lock{memory_mutex_};
+    detail::lock_guard lock{memory_mutex_};
     allocations_.emplace(ptr, allocation{*rounded, device, kind});
     return ptr;
   }
@@ -511,7 +513,7 @@ class host_backend final : public backend {
     if (ptr == nullptr) { return; }
     allocation found{};
     {
-      std::lock_guard lock{memory_mutex_};
+      detail::lock_guard lock{memory_mutex_};
       auto const it = allocations_.find(ptr);
       if (it == allocations_.end() || it->second.kind != kind) {
         std::fprintf(stderr, "gpumem host backend: %s(%p): not a live allocation of that kind; ignored\n", call,
@@ -547,7 +549,7 @@ class host_backend final : public backend {
       ~holder()
       {
         if (owner == nullptr) { return; }
-        std::lock_guard lock{owner->registry_mutex_};
+        detail::lock_guard lock{owner->registry_mutex_};
         for (auto const& [dev, queue] : queues) {
           std::erase(owner->per_thread_streams_, queue);
         }
@@ -558,7 +560,7 @@ class host_backend final : public backend {
     if (slot == nullptr) {
       slot = std::make_shared<stream_queue>(device, 0U, 0, stream_queue::role::per_thread_default);
       mine.owner = this;
-      std::lock_guard lock{registry_mutex_};
+      detail::lock_guard lock{registry_mutex_};
       per_thread_streams_.push_back(slot);
     }
     return slot;
@@ -573,7 +575,7 @@ class host_backend final : public backend {
       return default_streams_[static_cast<std::size_t>(current_device_)];
     }
     if (stream == cudaStreamPerThread) { return per_thread_stream(current_device_); }
-    std::lock_guard lock{registry_mutex_};
+    detail::lock_guard lock{registry_mutex_};
     auto [found, state] = streams_.find(stream);
     if (state == host::handle_state::destroyed) {
       host::stop_on_destroyed_handle("stream", stream, where.function_name());
@@ -584,7 +586,7 @@ class host_backend final : public backend {
 
   host::host_mempool& resolve(cudaMemPool_t pool)
   {
-    std::lock_guard lock{registry_mutex_};
+    detail::lock_guard lock{registry_mutex_};
     auto const found = mempools_.find(pool);
     if (found == mempools_.end()) { fail(cudaErrorInvalidValue, "unknown memory pool handle"); }
     return *found->second;
@@ -597,7 +599,7 @@ class host_backend final : public backend {
       [this](void* ptr) { release(ptr, memory_kind::device, "mempool release", false); });
   }
 
-  bool is_default_mempool(cudaMemPool_t pool) const
+  bool is_default_mempool(cudaMemPool_t pool) const GPUMEM_REQUIRES(registry_mutex_)
   {
     return std::find(default_mempools_.begin(), default_mempools_.end(), pool) != default_mempools_.end();
   }
@@ -606,7 +608,7 @@ class host_backend final : public backend {
   std::shared_ptr<host_event> resolve(cudaEvent_t event,
                                       std::source_location const where = std::source_location::current())
   {
-    std::lock_guard lock{registry_mutex_};
+    detail::lock_guard lock{registry_mutex_};
     auto [found, state] = events_.find(event);
     if (state == host::handle_state::destroyed) { host::stop_on_destroyed_handle("event", event, where.function_name()); }
     if (!found) { fail(cudaErrorInvalidResourceHandle, "unknown event handle"); }
@@ -616,14 +618,14 @@ class host_backend final : public backend {
   event_record_state latest_record(cudaEvent_t event)
   {
     auto const target = resolve(event);
-    std::lock_guard lock{target->mutex};
+    detail::lock_guard lock{target->mutex};
     return {target->last, target->captured};
   }
 
   std::vector<std::shared_ptr<stream_queue>> queues_of_device(int device)
   {
     std::vector<std::shared_ptr<stream_queue>> queues{default_streams_[static_cast<std::size_t>(device)]};
-    std::lock_guard lock{registry_mutex_};
+    detail::lock_guard lock{registry_mutex_};
     streams_.for_each([&](std::shared_ptr<stream_queue> const& queue) {
       if (queue->device() == device) { queues.push_back(queue); }
     });
@@ -686,15 +688,15 @@ class host_backend final : public backend {
   std::vector<std::atomic<std::size_t>> used_;  // bytes of device+managed memory in use, per device
   std::vector<std::shared_ptr<stream_queue>> default_streams_;  // legacy default stream, per device
 
-  std::mutex memory_mutex_;
-  std::map<void*, allocation> allocations_;  // guarded by memory_mutex_ (ordered: is_pinned_host)
+  detail::mutex memory_mutex_;
+  std::map<void*, allocation> allocations_ GPUMEM_GUARDED_BY(memory_mutex_);  // ordered: is_pinned_host
 
-  std::mutex registry_mutex_;
-  host::handle_table<cudaStream_t, stream_queue> streams_{0x5};  // guarded by registry_mutex_
-  std::vector<std::shared_ptr<stream_queue>> per_thread_streams_;            // guarded by registry_mutex_
-  host::handle_table<cudaEvent_t, host_event> events_{0xe};     // guarded by registry_mutex_
-  std::unordered_map<cudaMemPool_t, std::unique_ptr<host::host_mempool>> mempools_;  // guarded by registry_mutex_
-  std::vector<cudaMemPool_t> default_mempools_;  // guarded by registry_mutex_: per device, created lazily
+  detail::mutex registry_mutex_;
+  host::handle_table<cudaStream_t, stream_queue> streams_ GPUMEM_GUARDED_BY(registry_mutex_){0x5};
+  std::vector<std::shared_ptr<stream_queue>> per_thread_streams_ GPUMEM_GUARDED_BY(registry_mutex_);
+  host::handle_table<cudaEvent_t, host_event> events_ GPUMEM_GUARDED_BY(registry_mutex_){0xe};
+  std::unordered_map<cudaMemPool_t, std::unique_ptr<host::host_mempool>> mempools_ GPUMEM_GUARDED_BY(registry_mutex_);
+  std::vector<cudaMemPool_t> default_mempools_ GPUMEM_GUARDED_BY(registry_mutex_);  // per device, created lazily
   host::capture_rules captures_;
 
   static thread_local int current_device_;

@@ -15,7 +15,7 @@ stream_queue::stream_queue(int device, unsigned flags, int priority, role r)
 stream_queue::~stream_queue()
 {
   {
-    std::lock_guard lock{mutex_};
+    detail::lock_guard lock{mutex_};
     stop_ = true;
   }
   work_cv_.notify_all();
@@ -30,7 +30,7 @@ bool stream_queue::blocking() const noexcept
 void stream_queue::submit(operation op)
 {
   {
-    std::lock_guard lock{mutex_};
+    detail::lock_guard lock{mutex_};
     ops_.push_back(std::move(op));
   }
   work_cv_.notify_one();
@@ -45,42 +45,42 @@ completion_ptr stream_queue::submit_marker()
 
 void stream_queue::synchronize()
 {
-  std::unique_lock lock{mutex_};
-  idle_cv_.wait(lock, [this] { return ops_.empty() && !running_; });
+  detail::unique_lock lock{mutex_};
+  while (!ops_.empty() || running_) { lock.wait(idle_cv_); }
   if (failure_) { std::rethrow_exception(std::exchange(failure_, nullptr)); }
 }
 
 bool stream_queue::idle()
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return ops_.empty() && !running_;
 }
 
 std::shared_ptr<capture_sequence> stream_queue::capture()
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return capture_;
 }
 
 void stream_queue::set_capture(std::shared_ptr<capture_sequence> capture)
 {
   std::shared_ptr<capture_sequence> previous;  // released outside the lock
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   previous = std::exchange(capture_, std::move(capture));
 }
 
 void stream_queue::leave_capture(capture_sequence const* which)
 {
   std::shared_ptr<capture_sequence> previous;  // released outside the lock
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   if (capture_.get() == which) { previous = std::move(capture_); }
 }
 
 void stream_queue::run()
 {
-  std::unique_lock lock{mutex_};
+  detail::unique_lock lock{mutex_};
   for (;;) {
-    work_cv_.wait(lock, [this] { return stop_ || !ops_.empty(); });
+    while (!stop_ && ops_.empty()) { lock.wait(work_cv_); }
     if (ops_.empty()) { break; }  // stop_ and drained: all submitted work has run
     operation op = std::move(ops_.front());
     ops_.pop_front();

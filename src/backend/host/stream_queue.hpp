@@ -6,12 +6,13 @@
 
 #include "completion.hpp"
 
+#include <gpumem/detail/thread_annotations.hpp>
+
 #include <condition_variable>
 #include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 namespace gpumem::detail::host {
@@ -59,14 +60,14 @@ class stream_queue {
   int const priority_;
   role const role_;
 
-  std::mutex mutex_;
+  detail::mutex mutex_;
   std::condition_variable work_cv_;   // worker waits for ops_ or stop_
   std::condition_variable idle_cv_;   // synchronize() waits for ops_ empty and !running_
-  std::deque<operation> ops_;         // guarded by mutex_
-  bool running_{false};               // guarded by mutex_: the worker is executing an operation
-  bool stop_{false};                  // guarded by mutex_
-  std::exception_ptr failure_;        // guarded by mutex_: first failure since the last synchronize()
-  std::shared_ptr<capture_sequence> capture_;  // guarded by mutex_
+  std::deque<operation> ops_ GPUMEM_GUARDED_BY(mutex_);
+  bool running_ GPUMEM_GUARDED_BY(mutex_){false};  // the worker is executing an operation
+  bool stop_ GPUMEM_GUARDED_BY(mutex_){false};
+  std::exception_ptr failure_ GPUMEM_GUARDED_BY(mutex_);  // first failure since the last synchronize()
+  std::shared_ptr<capture_sequence> capture_ GPUMEM_GUARDED_BY(mutex_);
   std::thread worker_;                // last member: starts after everything above is constructed
 };
 

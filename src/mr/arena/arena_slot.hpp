@@ -12,11 +12,11 @@
 #pragma once
 
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/mr/detail/arena/local_arena.hpp>
 
 #include <cuda_runtime_api.h>
 
-#include <mutex>
 #include <optional>
 
 namespace gpumem::detail {
@@ -41,10 +41,10 @@ class arena_slot {
   /// The stream of a per-stream arena; nullptr for a per-thread one.
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
 
-  /// @pre mutex is held; `freeing_stream` is the stream of a free into this arena that is about to happen.
+  /// `freeing_stream` is the stream of a free into this arena that is about to happen.
   /// Per-stream: records the fence on it. Per-thread: nothing (see the file comment).
   /// @return false when the record failed (the caller must not make the block reusable elsewhere).
-  [[nodiscard]] bool note_free(cudaStream_t freeing_stream) noexcept
+  [[nodiscard]] bool note_free(cudaStream_t freeing_stream) noexcept GPUMEM_REQUIRES(mutex)
   {
     if (kind_ == kind::per_thread) { return true; }
     try {
@@ -55,19 +55,19 @@ class arena_slot {
     }
   }
 
-  /// @pre mutex is held. Blocks until no stream's work submitted before now uses this arena's free space.
+  /// Blocks until no stream's work submitted before now uses this arena's free space.
   /// @param freeing_stream the stream of the free that calls this on the arena's own thread or stream;
   ///        nullopt when called from anywhere else (defragment).
   /// @throws cuda_error if the backend fails.
-  void wait_for_streams(std::optional<cudaStream_t> freeing_stream)
+  void wait_for_streams(std::optional<cudaStream_t> freeing_stream) GPUMEM_REQUIRES(mutex)
   {
     backend& b = get_backend();
     if (kind_ == kind::per_thread) { b.event_record(fence_, freeing_stream.value_or(cudaStreamLegacy)); }
     b.event_synchronize(fence_);
   }
 
-  std::mutex mutex;
-  local_arena arena;  // guarded by mutex
+  detail::mutex mutex;
+  local_arena arena GPUMEM_GUARDED_BY(mutex);
 
  private:
   kind const kind_;
