@@ -15,7 +15,7 @@ host_mempool::host_mempool(int device, std::size_t max_size, raw_allocate alloca
 
 host_mempool::~host_mempool()
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   for (auto& [bytes, block] : cached_) {
     block.done->wait();
     free_(block.ptr);
@@ -45,7 +45,7 @@ void* host_mempool::allocate(std::size_t bytes, void const* stream)
   if (bytes == 0) { return nullptr; }
   auto const rounded = checked_align_up(bytes, allocation_alignment);
   if (!rounded) { return nullptr; }
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   if (void* const reused = take_cached(*rounded, stream)) { return reused; }
   if (max_size_ != 0 && usage_.reserved_current + *rounded > max_size_) {
     release_completed(0);
@@ -67,7 +67,7 @@ void* host_mempool::allocate(std::size_t bytes, void const* stream)
 
 bool host_mempool::free(void* ptr, void const* stream, completion_ptr done)
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   auto const it = live_.find(ptr);
   if (it == live_.end()) { return false; }
   std::size_t const bytes = it->second;
@@ -82,7 +82,7 @@ bool host_mempool::free(void* ptr, void const* stream, completion_ptr done)
 
 bool host_mempool::owns(void* ptr)
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return live_.contains(ptr);
 }
 
@@ -101,25 +101,25 @@ void host_mempool::release_completed(std::size_t keep)
 
 void host_mempool::trim(std::size_t keep)
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   release_completed(keep);
 }
 
 void host_mempool::set_release_threshold(std::uint64_t bytes)
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   release_threshold_ = bytes;
 }
 
 std::uint64_t host_mempool::release_threshold()
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return release_threshold_;
 }
 
 mempool_usage host_mempool::usage()
 {
-  std::lock_guard lock{mutex_};
+  detail::lock_guard lock{mutex_};
   return usage_;
 }
 

@@ -11,12 +11,12 @@
 #include "completion.hpp"
 
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <unordered_map>
 
 namespace gpumem::detail::host {
@@ -51,20 +51,20 @@ class host_mempool {
     completion_ptr done;   // signalled once that stream's work up to the free has run
   };
 
-  void* take_cached(std::size_t bytes, void const* stream);  // requires mutex_
-  void release_completed(std::size_t keep);                  // requires mutex_
+  void* take_cached(std::size_t bytes, void const* stream) GPUMEM_REQUIRES(mutex_);
+  void release_completed(std::size_t keep) GPUMEM_REQUIRES(mutex_);
 
   int const device_;
   std::size_t const max_size_;  // 0: no limit
   raw_allocate const allocate_;
   raw_free const free_;
 
-  std::mutex mutex_;
-  std::multimap<std::size_t, cached_block> cached_;   // guarded by mutex_: free blocks by size
-  std::unordered_map<void*, std::size_t> live_;      // guarded by mutex_: handed-out block -> bytes
-  // guarded by mutex_: reserved == sum(cached_ bytes) + used; used == sum(live_ bytes)
-  mempool_usage usage_{};
-  std::uint64_t release_threshold_{0};
+  detail::mutex mutex_;
+  std::multimap<std::size_t, cached_block> cached_ GPUMEM_GUARDED_BY(mutex_);  // free blocks by size
+  std::unordered_map<void*, std::size_t> live_ GPUMEM_GUARDED_BY(mutex_);     // handed-out block -> bytes
+  // reserved == sum(cached_ bytes) + used; used == sum(live_ bytes)
+  mempool_usage usage_ GPUMEM_GUARDED_BY(mutex_){};
+  std::uint64_t release_threshold_ GPUMEM_GUARDED_BY(mutex_){0};
 };
 
 }  // namespace gpumem::detail::host
