@@ -4,7 +4,8 @@
 Each source or header belongs to one layer; a file may include files of its own layer and of the layers
 below it, never of a layer above (the layer READMEs: include/gpumem/README.md, tools/README.md). Three
 more rules hold beside the ranks:
-  - mr/detail is pure: it includes no CUDA header and nothing of gpumem outside mr/detail and export.hpp;
+  - mr/detail is pure: it includes no CUDA header and nothing of gpumem outside mr/detail, detail/ (the lock
+    annotations) and export.hpp;
   - only the backend (src/backend) calls the CUDA runtime or driver (a call of a cuda*/cu* function);
   - above the core (tools, the command, the Python extension, the examples) nothing reaches into the
     backend: no include of gpumem/backend/ and no call of detail::get_backend(); they use the handles
@@ -26,7 +27,7 @@ from pathlib import Path
 # tools/include/ as well, see `include_key`).
 LAYERS: list[tuple[str, list[str]]] = [
     # The headers of mr/detail; their sources (src/mr/detail) belong to mr: they may throw gpumem's errors.
-    ("pure", ["include/gpumem/export.hpp", "include/gpumem/mr/detail/"]),
+    ("pure", ["include/gpumem/export.hpp", "include/gpumem/detail/", "include/gpumem/mr/detail/"]),
     ("base", ["include/gpumem/error.hpp", "include/gpumem/debug_log.hpp", "include/gpumem/cuda_device_id.hpp",
               "include/gpumem/cuda_stream_view.hpp", "include/gpumem/backend/", "src/backend/", "src/error.cpp",
               "src/debug_log.cpp", "src/cuda_stream_view.cpp"]),
@@ -132,7 +133,7 @@ def main() -> int:
                 violations.append(f"{rel}:{line}: layer '{layer}' includes {target} of the higher layer "
                                   f"'{target_layer}'")
             elif layer == "pure" and target_layer == "pure" and "mr/detail" not in target \
-                    and not target.endswith("export.hpp"):
+                    and not target.startswith("include/gpumem/detail/") and not target.endswith("export.hpp"):
                 violations.append(f"{rel}:{line}: mr/detail is pure but includes {target}")
         code = strip_comments_and_strings(raw)
         if not rel.startswith("src/backend/") and not rel.startswith("examples/"):
