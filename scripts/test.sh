@@ -37,6 +37,8 @@ run_preset() {
 
 # clang's thread-safety analysis: a compile-time check of the GPUMEM_GUARDED_BY / GPUMEM_REQUIRES
 # annotations (include/gpumem/detail/thread_annotations.hpp). Nothing to run: a finding fails the build.
+# Debian 12's clang 14 with libstdc++ 12 needs two aids, both in the preset: a stand-in for
+# std::source_location (cmake/clang_source_location.hpp) and -fsized-deallocation.
 step "configure + build (thread-safety: clang -Wthread-safety, the library only)"
 cmake --preset thread-safety
 cmake --build --preset thread-safety --parallel "$jobs"

@@ -186,7 +186,8 @@ void coalescing_free_list::check_invariants() const
   std::size_t total = 0;
   auto prev = by_address_.end();
   for (auto it = by_address_.begin(); it != by_address_.end(); prev = it, ++it) {
-    auto const [address, e] = *it;
+    auto const address = it->first;  // not a structured binding: the lambda below captures it
+    auto const e = it->second;
     auto block = [&] { return describe(address, e.size, e.is_head); };  // built only for a message
     if (e.size == 0 || e.size % alignment_ != 0 || address % alignment_ != 0) {
       violation("check_invariants", block() + " is empty or not " + std::to_string(alignment_) + "-byte aligned");

@@ -58,7 +58,10 @@ void virtual_heap::give_back(std::uintptr_t address, std::size_t bytes, std::uin
   // The first and the last slab (a full walk, in check_invariants, would cost a lookup per slab here).
   require(is_slab(slab_of(address)) && is_slab(slab_of(address + bytes - 1)), [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) +
                                     " bytes is not inside backed slabs (not from this pool)"; });
-  auto const [previous, next] = free_.around(address);
+  // Named members, not a structured binding: the lambdas below capture them (clang before 16 cannot).
+  free_range_index::neighbours const around = free_.around(address);
+  free_range_index::range const* const previous = around.before;
+  free_range_index::range const* const next = around.after;
   if (next != nullptr) {
     require(next->start >= address + bytes, [&] { return std::string{} + "block " + hex(address) + " of " + std::to_string(bytes) +
                                               " bytes overlaps a free range at " + hex(next->start) +
