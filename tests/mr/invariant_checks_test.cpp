@@ -30,17 +30,18 @@ std::uint64_t sampled_in(std::uint64_t first, std::uint64_t last)
 
 TEST(InvariantSampler, ChecksEveryEarlyCallThenAFixedNumberPerDoubling)
 {
-  static_assert(invariant_sampler::is_sampled(1) && invariant_sampler::is_sampled(2047));
-  EXPECT_EQ(sampled_in(1, 2047), 2047u);
-  EXPECT_EQ(sampled_in(2048, 4095), invariant_sampler::checks_per_doubling);
-  EXPECT_EQ(sampled_in(std::uint64_t{1} << 20, (std::uint64_t{2} << 20) - 1), invariant_sampler::checks_per_doubling);
-  EXPECT_FALSE(invariant_sampler::is_sampled(2049));
-  EXPECT_TRUE(invariant_sampler::is_sampled(2050));
+  constexpr std::uint64_t k = invariant_sampler::checks_per_doubling;
+  static_assert(invariant_sampler::is_sampled(1) && invariant_sampler::is_sampled(2 * k - 1));
+  EXPECT_EQ(sampled_in(1, 2 * k - 1), 2 * k - 1);
+  EXPECT_EQ(sampled_in(2 * k, 4 * k - 1), k);
+  EXPECT_EQ(sampled_in(std::uint64_t{1} << 24, (std::uint64_t{2} << 24) - 1), k);
+  EXPECT_FALSE(invariant_sampler::is_sampled(2 * k + 1));
+  EXPECT_TRUE(invariant_sampler::is_sampled(2 * k + 2));
 
   invariant_sampler sampler;
-  for (int i = 0; i < 2047; ++i) { ASSERT_TRUE(sampler.due()); }
-  EXPECT_TRUE(sampler.due());   // call 2048
-  EXPECT_FALSE(sampler.due());  // call 2049
+  for (std::uint64_t i = 1; i < 2 * k; ++i) { ASSERT_TRUE(sampler.due()); }
+  EXPECT_TRUE(sampler.due());   // call 2k
+  EXPECT_FALSE(sampler.due());  // call 2k + 1
 }
 
 struct fake_resource {

@@ -10,9 +10,10 @@
  * layout does not depend on the switch.
  *
  * Cost when on: a check takes the resource's locks and walks its free lists (O(n log n) in free blocks), so
- * it is sampled per resource: after each of the first 2047 calls, then after 1024 calls per doubling of the
- * call count (every 2nd call from the 2048th, every 4th from the 4096th, ...). A long run keeps being
- * checked while the cost per call falls towards one relaxed atomic increment.
+ * it is sampled per resource: after each of the first 127 calls, then after 64 calls per doubling of the
+ * call count (every 2nd call from the 128th, every 4th from the 256th, ...). Short tests are checked at
+ * every call; a long run (a replay of a million calls over thousands of live blocks) keeps being checked,
+ * about 64 log2(calls) times, while the cost per call falls towards one relaxed atomic increment.
  * Calls that must not block (try_allocate_without_blocking, try_deallocate_without_blocking) are not checked.
  *
  * No CUDA here (DESIGN.md, mr/detail).
@@ -46,7 +47,7 @@ inline constexpr bool debug_checks = GPUMEM_DEBUG_CHECKS != 0;
 class invariant_sampler {
  public:
   /// Checks in each range [2^k, 2^(k+1)) of calls; every call is checked below 2 * checks_per_doubling.
-  static constexpr std::uint64_t checks_per_doubling = 1024;
+  static constexpr std::uint64_t checks_per_doubling = 64;
 
   /// @return whether the `call`-th call (counting from 1) is checked.
   [[nodiscard]] static constexpr bool is_sampled(std::uint64_t call) noexcept
