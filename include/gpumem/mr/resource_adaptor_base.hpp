@@ -22,6 +22,7 @@ namespace gpumem::mr {
  * an adaptor that did so would bypass its own concern (a lock, a count, a log row), so they keep the default
  * of device_memory_resource (nothing is done without blocking) unless an adaptor overrides them itself.
  *
+ * Cost: what the base forwards costs one virtual call into the upstream, no lock.
  * Thread-safety: the base has no state besides the upstream pointer, fixed at construction; a derived
  * adaptor states its own.
  * Stream-ordering: as the upstream's (the stream is passed on as given).
