@@ -8,6 +8,7 @@
 #include <gpumem/mr/managed_memory_resource.hpp>
 #include <gpumem/mr/pool_memory_resource.hpp>
 #include <gpumem/mr/prefetch_resource_adaptor.hpp>
+#include <gpumem/mr/resource_adaptor_base.hpp>
 #include <gpumem/mr/thread_safe_resource_adaptor.hpp>
 
 #include <stdlib.h>  // mkdtemp (POSIX)
@@ -121,22 +122,9 @@ constexpr std::array entries{
 };
 
 /** @brief Forwards to `upstream`: on top of an adaptor, bypassing it, it makes that adaptor do nothing. */
-class forwarding_resource final : public mr::device_memory_resource {
+class forwarding_resource final : public mr::resource_adaptor_base {
  public:
-  explicit forwarding_resource(mr::device_memory_resource* upstream) noexcept : upstream_{upstream} {}
-
- private:
-  void* do_allocate(std::size_t bytes, cuda_stream_view stream) override { return upstream_->allocate(bytes, stream); }
-  void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override
-  {
-    upstream_->deallocate(ptr, bytes, stream);
-  }
-  [[nodiscard]] bool do_is_equal(mr::device_memory_resource const& other) const noexcept override
-  {
-    return this == &other;
-  }
-
-  mr::device_memory_resource* upstream_;
+  explicit forwarding_resource(mr::device_memory_resource* upstream) : resource_adaptor_base{upstream} {}
 };
 
 // Adaptors broken on purpose, which prove that the checks catch an adaptor doing nothing (ctest runs them

@@ -11,15 +11,14 @@ namespace gpumem::mr {
 
 aligned_resource_adaptor::aligned_resource_adaptor(device_memory_resource* upstream, std::size_t alignment,
                                                    std::size_t alignment_threshold)
-  : upstream_{upstream}, alignment_{alignment}, alignment_threshold_{alignment_threshold}
+  : resource_adaptor_base{upstream}, alignment_{alignment}, alignment_threshold_{alignment_threshold}
 {
-  expects(upstream != nullptr, "upstream must not be null");
   expects(detail::is_pow2(alignment), "the alignment " + std::to_string(alignment) + " is not a power of two");
 }
 
 void* aligned_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view stream)
 {
-  if (passes_through(bytes)) { return upstream_->allocate(bytes, stream); }
+  if (passes_through(bytes)) { return upstream_resource()->allocate(bytes, stream); }
   std::size_t const extra = alignment_ - detail::allocation_alignment;
   if (bytes > std::numeric_limits<std::size_t>::max() - extra) {
     throw bad_alloc("aligned_resource_adaptor: " + std::to_string(bytes) + " bytes overflow with the " +
@@ -27,7 +26,7 @@ void* aligned_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view 
   }
   void* original = nullptr;
   try {
-    original = upstream_->allocate(bytes + extra, stream);
+    original = upstream_resource()->allocate(bytes + extra, stream);
   } catch (out_of_memory const& e) {  // name the caller's request, not only the larger upstream one
     throw out_of_memory("aligned_resource_adaptor: could not allocate " + format_bytes(bytes) + " aligned to " +
                         std::to_string(alignment_) + " (" + format_bytes(bytes + extra) +
@@ -40,7 +39,7 @@ void* aligned_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view 
       std::lock_guard const lock{mutex_};
       originals_.emplace(aligned, original);
     } catch (...) {
-      upstream_->deallocate(original, bytes + extra, stream);
+      upstream_resource()->deallocate(original, bytes + extra, stream);
       throw;
     }
   }
@@ -50,7 +49,7 @@ void* aligned_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view 
 void aligned_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept
 {
   if (passes_through(bytes)) {
-    upstream_->deallocate(ptr, bytes, stream);
+    upstream_resource()->deallocate(ptr, bytes, stream);
     return;
   }
   void* original = ptr;
@@ -61,14 +60,14 @@ void aligned_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cuda_
       originals_.erase(it);
     }
   }
-  upstream_->deallocate(original, bytes + (alignment_ - detail::allocation_alignment), stream);
+  upstream_resource()->deallocate(original, bytes + (alignment_ - detail::allocation_alignment), stream);
 }
 
 bool aligned_resource_adaptor::do_is_equal(device_memory_resource const& other) const noexcept
 {
-  auto const* const same = dynamic_cast<aligned_resource_adaptor const*>(&other);
-  return same != nullptr && alignment_ == same->alignment_ && alignment_threshold_ == same->alignment_threshold_ &&
-         upstream_->is_equal(*same->upstream_);
+  if (!resource_adaptor_base::do_is_equal(other)) { return false; }
+  auto const& same = static_cast<aligned_resource_adaptor const&>(other);  // the same type, as the base checked
+  return alignment_ == same.alignment_ && alignment_threshold_ == same.alignment_threshold_;
 }
 
 }  // namespace gpumem::mr

@@ -11,9 +11,8 @@ namespace gpumem::mr {
 
 limiting_resource_adaptor::limiting_resource_adaptor(device_memory_resource* upstream, std::size_t allocation_limit,
                                                      std::size_t alignment)
-  : upstream_{upstream}, allocation_limit_{allocation_limit}, alignment_{alignment}
+  : resource_adaptor_base{upstream}, allocation_limit_{allocation_limit}, alignment_{alignment}
 {
-  expects(upstream != nullptr, "upstream must not be null");
   expects(detail::is_pow2(alignment), "the alignment " + std::to_string(alignment) + " is not a power of two");
 }
 
@@ -46,7 +45,7 @@ void* limiting_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view
     }
   } while (!allocated_bytes_.compare_exchange_weak(in_use, in_use + size));
   try {
-    return upstream_->allocate(bytes, stream);
+    return upstream_resource()->allocate(bytes, stream);
   } catch (...) {
     allocated_bytes_.fetch_sub(size);
     throw;
@@ -55,15 +54,9 @@ void* limiting_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view
 
 void limiting_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept
 {
-  upstream_->deallocate(ptr, bytes, stream);
+  upstream_resource()->deallocate(ptr, bytes, stream);
   // After the upstream has the memory back: the count never says "free" before the upstream does.
   allocated_bytes_.fetch_sub(detail::align_up(bytes, alignment_));
-}
-
-bool limiting_resource_adaptor::do_is_equal(device_memory_resource const& other) const noexcept
-{
-  auto const* const same = dynamic_cast<limiting_resource_adaptor const*>(&other);
-  return same != nullptr && upstream_->is_equal(*same->upstream_);
 }
 
 }  // namespace gpumem::mr

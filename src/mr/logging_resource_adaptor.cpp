@@ -97,17 +97,14 @@ logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstr
 
 logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstream, std::string const& filename,
                                                    bool auto_flush)
-  : upstream_{upstream},
-    destination_{(expects(upstream != nullptr, "upstream must not be null"), open_log_file(filename, auto_flush))}
+  : resource_adaptor_base{upstream}, destination_{open_log_file(filename, auto_flush)}
 {
   write_header();
 }
 
 logging_resource_adaptor::logging_resource_adaptor(device_memory_resource* upstream, std::ostream& stream,
                                                    bool auto_flush)
-  : upstream_{upstream},
-    destination_{(expects(upstream != nullptr, "upstream must not be null"),
-                  std::make_unique<detail::log_stream>(stream, auto_flush))}
+  : resource_adaptor_base{upstream}, destination_{std::make_unique<detail::log_stream>(stream, auto_flush)}
 {
   write_header();
 }
@@ -127,7 +124,7 @@ void* logging_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view 
 {
   void* ptr = nullptr;
   try {
-    ptr = upstream_->allocate(bytes, stream);
+    ptr = upstream_resource()->allocate(bytes, stream);
   } catch (...) {
     log("allocate failure", nullptr, bytes, stream);
     throw;
@@ -140,13 +137,7 @@ void logging_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cuda_
 {
   // Logged before the memory goes back, so that a replay never sees an address reused before its free.
   log("free", ptr, bytes, stream);
-  upstream_->deallocate(ptr, bytes, stream);
-}
-
-bool logging_resource_adaptor::do_is_equal(device_memory_resource const& other) const noexcept
-{
-  auto const* const same = dynamic_cast<logging_resource_adaptor const*>(&other);
-  return same != nullptr && upstream_->is_equal(*same->upstream_);
+  upstream_resource()->deallocate(ptr, bytes, stream);
 }
 
 void logging_resource_adaptor::log(std::string_view action, void const* ptr, std::size_t bytes,

@@ -25,9 +25,8 @@ void statistics_resource_adaptor::counter::fold(counter const& child) noexcept
 }
 
 statistics_resource_adaptor::statistics_resource_adaptor(device_memory_resource* upstream)
-  : upstream_{upstream}, stack_(1)
+  : resource_adaptor_base{upstream}, stack_(1)
 {
-  expects(upstream != nullptr, "upstream must not be null");
 }
 
 statistics_resource_adaptor::counter statistics_resource_adaptor::get_bytes_counter() const noexcept
@@ -75,7 +74,7 @@ statistics_resource_adaptor::counters statistics_resource_adaptor::pop_counters(
 
 void* statistics_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view stream)
 {
-  void* const ptr = upstream_->allocate(bytes, stream);
+  void* const ptr = upstream_resource()->allocate(bytes, stream);
   std::lock_guard const lock{mutex_};
   stack_.back().bytes.add(static_cast<std::int64_t>(bytes));
   stack_.back().allocations.add(1);
@@ -91,13 +90,7 @@ void statistics_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cu
     stack_.back().bytes.subtract(static_cast<std::int64_t>(bytes));
     stack_.back().allocations.subtract(1);
   }
-  upstream_->deallocate(ptr, bytes, stream);
-}
-
-bool statistics_resource_adaptor::do_is_equal(device_memory_resource const& other) const noexcept
-{
-  auto const* const same = dynamic_cast<statistics_resource_adaptor const*>(&other);
-  return same != nullptr && upstream_->is_equal(*same->upstream_);
+  upstream_resource()->deallocate(ptr, bytes, stream);
 }
 
 }  // namespace gpumem::mr

@@ -53,9 +53,8 @@ std::string symbolise(std::vector<void*> const& frames)
 }  // namespace
 
 tracking_resource_adaptor::tracking_resource_adaptor(device_memory_resource* upstream, bool capture_stacks)
-  : upstream_{upstream}, capture_stacks_{capture_stacks}
+  : resource_adaptor_base{upstream}, capture_stacks_{capture_stacks}
 {
-  expects(upstream != nullptr, "upstream must not be null");
 }
 
 tracking_resource_adaptor::~tracking_resource_adaptor()
@@ -119,13 +118,13 @@ std::string tracking_resource_adaptor::report() const
 void* tracking_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view stream)
 {
   record info{bytes, stream, capture_stacks_ ? capture_frames() : std::vector<void*>{}};
-  void* const ptr = upstream_->allocate(bytes, stream);
+  void* const ptr = upstream_resource()->allocate(bytes, stream);
   try {
     std::lock_guard const lock{mutex_};
     outstanding_.insert_or_assign(ptr, std::move(info));
     allocated_bytes_ += bytes;
   } catch (...) {
-    upstream_->deallocate(ptr, bytes, stream);
+    upstream_resource()->deallocate(ptr, bytes, stream);
     throw;
   }
   return ptr;
@@ -149,7 +148,7 @@ void tracking_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cuda
     }
   }
   if (valid) {
-    upstream_->deallocate(ptr, bytes, stream);
+    upstream_resource()->deallocate(ptr, bytes, stream);
     return;
   }
   try {
@@ -162,12 +161,6 @@ void tracking_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cuda
     detail::report_deallocation_misuse(message, first_invalid);
   } catch (...) {  // NOLINT(bugprone-empty-catch): deallocate must not throw; the report is best effort
   }
-}
-
-bool tracking_resource_adaptor::do_is_equal(device_memory_resource const& other) const noexcept
-{
-  auto const* const same = dynamic_cast<tracking_resource_adaptor const*>(&other);
-  return same != nullptr && upstream_->is_equal(*same->upstream_);
 }
 
 }  // namespace gpumem::mr

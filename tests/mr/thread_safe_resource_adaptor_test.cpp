@@ -4,6 +4,7 @@
 #include "support/sub_allocator_checks.hpp"
 
 #include <gpumem/error.hpp>
+#include <gpumem/mr/resource_adaptor_base.hpp>
 #include <gpumem/mr/simulated_memory_resource.hpp>
 #include <gpumem/mr/thread_safe_resource_adaptor.hpp>
 
@@ -35,9 +36,9 @@ namespace {
 
 /// A resource that is not thread-safe (a plain counter), over a simulated one, that counts the calls that
 /// found another call still running.
-class unsynchronised_resource final : public mr::device_memory_resource {
+class unsynchronised_resource final : public mr::resource_adaptor_base {
  public:
-  explicit unsynchronised_resource(mr::device_memory_resource* upstream) : upstream_{upstream} {}
+  explicit unsynchronised_resource(mr::device_memory_resource* upstream) : resource_adaptor_base{upstream} {}
   [[nodiscard]] std::size_t overlaps() const noexcept { return overlaps_.load(); }
   [[nodiscard]] std::size_t calls() const noexcept { return calls_; }  // read after the threads ended
 
@@ -58,16 +59,15 @@ class unsynchronised_resource final : public mr::device_memory_resource {
   {
     entered const guard{*this};
     ++calls_;  // a data race (TSan reports it) unless the adaptor serialises the calls
-    return upstream_->allocate(bytes, stream);
+    return resource_adaptor_base::do_allocate(bytes, stream);
   }
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override
   {
     entered const guard{*this};
     ++calls_;
-    upstream_->deallocate(ptr, bytes, stream);
+    resource_adaptor_base::do_deallocate(ptr, bytes, stream);
   }
 
-  mr::device_memory_resource* upstream_;
   std::atomic<int> inside_{0};
   std::atomic<std::size_t> overlaps_{0};
   std::size_t calls_{0};

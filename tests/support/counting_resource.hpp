@@ -1,8 +1,9 @@
 // A test double: a device_memory_resource that forwards to an upstream resource (by default the current
 // device's resource) and records every call, so tests can check that a container returns every allocation,
-// with the size it was allocated with, on the stream it should. It also fails on request (an allocation
-// larger than a limit throws gpumem::out_of_memory before reaching the upstream) so that out-of-memory
-// paths can be exercised at small sizes.
+// with the size it was allocated with, on the stream it should. The counts of calls and bytes are the
+// library's statistics_resource_adaptor's, which sits between the double and the upstream. It also fails on
+// request (an allocation larger than a limit throws gpumem::out_of_memory before reaching the upstream) so
+// that out-of-memory paths can be exercised at small sizes.
 #pragma once
 
 #include <gpumem/backend/backend.hpp>
@@ -10,6 +11,7 @@
 #include <gpumem/error.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
+#include <gpumem/mr/statistics_resource_adaptor.hpp>
 
 #include <gtest/gtest.h>
 
@@ -23,7 +25,8 @@
 namespace gpumem::test {
 
 /**
- * @brief Forwards to an upstream resource and counts allocations and deallocations (calls and bytes).
+ * @brief Forwards to an upstream resource, counts allocations and deallocations (calls and bytes) and records
+ * each call. Equal only to itself.
  * Thread-safety: all members may be called concurrently (one mutex guards the records).
  */
 class counting_resource final : public mr::device_memory_resource {
@@ -37,7 +40,7 @@ class counting_resource final : public mr::device_memory_resource {
   };
 
   explicit counting_resource(mr::device_memory_resource* upstream = mr::get_current_device_resource())
-    : upstream_{upstream}
+    : counted_{upstream}
   {
   }
 
@@ -48,10 +51,10 @@ class counting_resource final : public mr::device_memory_resource {
     limit_ = bytes;
   }
 
-  [[nodiscard]] std::size_t allocations() const { return locked([this] { return allocations_; }); }
-  [[nodiscard]] std::size_t deallocations() const { return locked([this] { return deallocations_.size(); }); }
-  [[nodiscard]] std::size_t bytes_allocated() const { return locked([this] { return bytes_allocated_; }); }
-  [[nodiscard]] std::size_t bytes_deallocated() const { return locked([this] { return bytes_deallocated_; }); }
+  [[nodiscard]] std::size_t allocations() const { return total(counted_.get_allocations_counter()); }
+  [[nodiscard]] std::size_t deallocations() const { return returned(counted_.get_allocations_counter()); }
+  [[nodiscard]] std::size_t bytes_allocated() const { return total(counted_.get_bytes_counter()); }
+  [[nodiscard]] std::size_t bytes_deallocated() const { return returned(counted_.get_bytes_counter()); }
   /** @return allocations not yet returned (0 when everything was given back). */
   [[nodiscard]] std::size_t outstanding() const { return locked([this] { return live_.size(); }); }
   /** @return every deallocate call so far, in order. */
@@ -81,12 +84,10 @@ class counting_resource final : public mr::device_memory_resource {
                             std::to_string(limit_));
       }
     }
-    void* const ptr = upstream_->allocate(bytes, stream);
+    void* const ptr = counted_.allocate(bytes, stream);
     int const device = current_device();
     std::lock_guard const lock{mutex_};
     allocation_devices_.push_back(device);
-    ++allocations_;
-    bytes_allocated_ += bytes;
     live_[ptr] = bytes;
     return ptr;
   }
@@ -97,7 +98,6 @@ class counting_resource final : public mr::device_memory_resource {
     {
       std::lock_guard const lock{mutex_};
       deallocations_.push_back({ptr, bytes, stream, device});
-      bytes_deallocated_ += bytes;
       auto const it = live_.find(ptr);
       if (it == live_.end()) {
         errors_.push_back("deallocate of a pointer that is not outstanding");
@@ -109,7 +109,7 @@ class counting_resource final : public mr::device_memory_resource {
         live_.erase(it);
       }
     }
-    upstream_->deallocate(ptr, bytes, stream);
+    counted_.deallocate(ptr, bytes, stream);
   }
 
   /// The calling thread's current device, or -1 if the backend cannot say (deallocate must not throw).
@@ -122,6 +122,10 @@ class counting_resource final : public mr::device_memory_resource {
     }
   }
 
+  using counter = mr::statistics_resource_adaptor::counter;
+  static std::size_t total(counter const& c) noexcept { return static_cast<std::size_t>(c.total); }
+  static std::size_t returned(counter const& c) noexcept { return static_cast<std::size_t>(c.total - c.current); }
+
   template <class F>
   auto locked(F f) const -> decltype(f())
   {
@@ -129,12 +133,9 @@ class counting_resource final : public mr::device_memory_resource {
     return f();
   }
 
-  mr::device_memory_resource* upstream_;
+  mr::statistics_resource_adaptor counted_;  // over the upstream: the counts of calls and bytes
   mutable std::mutex mutex_;
   std::size_t limit_{std::numeric_limits<std::size_t>::max()};  // guarded by mutex_
-  std::size_t allocations_{0};                                  // guarded by mutex_
-  std::size_t bytes_allocated_{0};                              // guarded by mutex_
-  std::size_t bytes_deallocated_{0};                            // guarded by mutex_
   std::map<void*, std::size_t> live_;                           // guarded by mutex_: ptr -> bytes
   std::vector<deallocation> deallocations_;                     // guarded by mutex_
   std::vector<int> allocation_devices_;                         // guarded by mutex_

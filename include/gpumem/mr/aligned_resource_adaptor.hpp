@@ -10,6 +10,7 @@
 #include <gpumem/export.hpp>
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/mr/resource_adaptor_base.hpp>
 
 #include <cstddef>
 #include <mutex>
@@ -32,7 +33,7 @@ namespace gpumem::mr {
  * Equality: equal to another aligned_resource_adaptor with the same alignment and threshold whose upstream
  * is equal to this one's.
  */
-class GPUMEM_EXPORT aligned_resource_adaptor final : public device_memory_resource {
+class GPUMEM_EXPORT aligned_resource_adaptor final : public resource_adaptor_base {
  public:
   /** @brief The default threshold: every request is aligned. */
   static constexpr std::size_t default_alignment_threshold = 0;
@@ -46,18 +47,11 @@ class GPUMEM_EXPORT aligned_resource_adaptor final : public device_memory_resour
   explicit aligned_resource_adaptor(device_memory_resource* upstream,
                                     std::size_t alignment = detail::allocation_alignment,
                                     std::size_t alignment_threshold = default_alignment_threshold);
-  ~aligned_resource_adaptor() override = default;
-  aligned_resource_adaptor(aligned_resource_adaptor const&) = delete;
-  aligned_resource_adaptor(aligned_resource_adaptor&&) = delete;
-  aligned_resource_adaptor& operator=(aligned_resource_adaptor const&) = delete;
-  aligned_resource_adaptor& operator=(aligned_resource_adaptor&&) = delete;
 
   /** @return the alignment of requests at or above the threshold. */
   [[nodiscard]] std::size_t alignment() const noexcept { return alignment_; }
   /** @return the smallest request that is aligned. */
   [[nodiscard]] std::size_t alignment_threshold() const noexcept { return alignment_threshold_; }
-  /** @return the resource this adaptor forwards to. */
-  [[nodiscard]] device_memory_resource* upstream_resource() const noexcept { return upstream_; }
 
  private:
   /**
@@ -74,7 +68,6 @@ class GPUMEM_EXPORT aligned_resource_adaptor final : public device_memory_resour
     return alignment_ <= detail::allocation_alignment || bytes < alignment_threshold_;
   }
 
-  device_memory_resource* upstream_;
   std::size_t const alignment_;
   std::size_t const alignment_threshold_;
   std::mutex mutex_;

@@ -9,6 +9,7 @@
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/mr/resource_adaptor_base.hpp>
 
 #include <cstddef>
 #include <functional>
@@ -31,7 +32,7 @@ using failure_callback_t = std::function<bool(std::size_t bytes, void* arg)>;
  * Stream-ordering: as the upstream's.
  * Equality: equal to another failure_callback_resource_adaptor whose upstream is equal to this one's.
  */
-class GPUMEM_EXPORT failure_callback_resource_adaptor final : public device_memory_resource {
+class GPUMEM_EXPORT failure_callback_resource_adaptor final : public resource_adaptor_base {
  public:
   /**
    * @param upstream the resource to forward to.
@@ -40,14 +41,6 @@ class GPUMEM_EXPORT failure_callback_resource_adaptor final : public device_memo
    * @throws gpumem::logic_error if `upstream` is null or `callback` is empty.
    */
   failure_callback_resource_adaptor(device_memory_resource* upstream, failure_callback_t callback, void* arg);
-  ~failure_callback_resource_adaptor() override = default;
-  failure_callback_resource_adaptor(failure_callback_resource_adaptor const&) = delete;
-  failure_callback_resource_adaptor(failure_callback_resource_adaptor&&) = delete;
-  failure_callback_resource_adaptor& operator=(failure_callback_resource_adaptor const&) = delete;
-  failure_callback_resource_adaptor& operator=(failure_callback_resource_adaptor&&) = delete;
-
-  /** @return the resource this adaptor forwards to. */
-  [[nodiscard]] device_memory_resource* upstream_resource() const noexcept { return upstream_; }
 
  private:
   /**
@@ -55,10 +48,7 @@ class GPUMEM_EXPORT failure_callback_resource_adaptor final : public device_memo
    *         whatever the upstream or the callback throws otherwise.
    */
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
-  void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
-  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
 
-  device_memory_resource* upstream_;
   failure_callback_t callback_;
   void* arg_;
 };

@@ -9,6 +9,7 @@
 #include <gpumem/export.hpp>
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/mr/resource_adaptor_base.hpp>
 
 #include <atomic>
 #include <cstddef>
@@ -29,7 +30,7 @@ namespace gpumem::mr {
  * Equality: equal to another limiting_resource_adaptor whose upstream is equal to this one's (as RMM; the
  * two counts then only balance if each adaptor frees what it allocated).
  */
-class GPUMEM_EXPORT limiting_resource_adaptor final : public device_memory_resource {
+class GPUMEM_EXPORT limiting_resource_adaptor final : public resource_adaptor_base {
  public:
   /**
    * @param upstream         the resource to forward to.
@@ -39,11 +40,6 @@ class GPUMEM_EXPORT limiting_resource_adaptor final : public device_memory_resou
    */
   limiting_resource_adaptor(device_memory_resource* upstream, std::size_t allocation_limit,
                             std::size_t alignment = detail::allocation_alignment);
-  ~limiting_resource_adaptor() override = default;
-  limiting_resource_adaptor(limiting_resource_adaptor const&) = delete;
-  limiting_resource_adaptor(limiting_resource_adaptor&&) = delete;
-  limiting_resource_adaptor& operator=(limiting_resource_adaptor const&) = delete;
-  limiting_resource_adaptor& operator=(limiting_resource_adaptor&&) = delete;
 
   /** @return the bytes allocated through the adaptor now, each request rounded up to the alignment. */
   [[nodiscard]] std::size_t get_allocated_bytes() const noexcept { return allocated_bytes_.load(); }
@@ -53,8 +49,6 @@ class GPUMEM_EXPORT limiting_resource_adaptor final : public device_memory_resou
   [[nodiscard]] bool has_room_for(std::size_t bytes) const noexcept;
   /** @return the alignment that requests are rounded up to. */
   [[nodiscard]] std::size_t alignment() const noexcept { return alignment_; }
-  /** @return the resource this adaptor forwards to. */
-  [[nodiscard]] device_memory_resource* upstream_resource() const noexcept { return upstream_; }
 
  private:
   /**
@@ -64,11 +58,9 @@ class GPUMEM_EXPORT limiting_resource_adaptor final : public device_memory_resou
    */
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
-  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
 
   [[nodiscard]] std::size_t counted_size(std::size_t bytes) const;
 
-  device_memory_resource* upstream_;
   std::size_t const allocation_limit_;
   std::size_t const alignment_;
   std::atomic<std::size_t> allocated_bytes_{0};  // invariant: <= allocation_limit_

@@ -37,6 +37,7 @@
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/mr/resource_adaptor_base.hpp>
 
 #include <array>
 #include <chrono>
@@ -65,7 +66,7 @@ namespace gpumem::mr {
  * Stream-ordering: as the upstream's (the adaptor adds no stream work).
  * Equality: equal to another logging_resource_adaptor whose upstream is equal to this one's.
  */
-class GPUMEM_EXPORT logging_resource_adaptor final : public device_memory_resource {
+class GPUMEM_EXPORT logging_resource_adaptor final : public resource_adaptor_base {
  public:
   /** @brief The environment variable read by the constructor that is given no destination. */
   static constexpr char const* log_file_environment_variable = "GPUMEM_LOG_FILE";
@@ -99,28 +100,19 @@ class GPUMEM_EXPORT logging_resource_adaptor final : public device_memory_resour
 
   /** @brief Writes out the rows that wait, and closes a file the adaptor opened (errors are ignored). */
   ~logging_resource_adaptor() override;
-  logging_resource_adaptor(logging_resource_adaptor const&) = delete;
-  logging_resource_adaptor(logging_resource_adaptor&&) = delete;
-  logging_resource_adaptor& operator=(logging_resource_adaptor const&) = delete;
-  logging_resource_adaptor& operator=(logging_resource_adaptor&&) = delete;
 
   /** @brief Writes the rows that wait to the destination and flushes it. Thread-safety: any thread. */
   void flush() noexcept;
-
-  /** @return the resource this adaptor forwards to. */
-  [[nodiscard]] device_memory_resource* upstream_resource() const noexcept { return upstream_; }
 
  private:
   /// Forwards to the upstream and logs `allocate`, or `allocate failure` and rethrows what the upstream threw.
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   /// Logs `free`, then forwards.
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
-  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
 
   void log(std::string_view action, void const* ptr, std::size_t bytes, cuda_stream_view stream) noexcept;
   void write_header();
 
-  device_memory_resource* upstream_;
   std::unique_ptr<detail::log_destination> destination_;  // a file the adaptor opened, or the caller's stream
   std::time_t cached_second_{-1};        // guarded by destination_->lock(): the second that cached_clock_ shows
   std::array<char, 16> cached_clock_{};  // guarded by destination_->lock(): "HH:MM:SS" of cached_second_

@@ -9,6 +9,7 @@
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/mr/resource_adaptor_base.hpp>
 
 #include <cstddef>
 
@@ -27,18 +28,10 @@ namespace gpumem::mr {
  * submits to it; deallocation is the upstream's.
  * Equality: equal to another prefetch_resource_adaptor whose upstream is equal to this one's.
  */
-class GPUMEM_EXPORT prefetch_resource_adaptor final : public device_memory_resource {
+class GPUMEM_EXPORT prefetch_resource_adaptor final : public resource_adaptor_base {
  public:
   /** @throws gpumem::logic_error if `upstream` is null. */
   explicit prefetch_resource_adaptor(device_memory_resource* upstream);
-  ~prefetch_resource_adaptor() override = default;
-  prefetch_resource_adaptor(prefetch_resource_adaptor const&) = delete;
-  prefetch_resource_adaptor(prefetch_resource_adaptor&&) = delete;
-  prefetch_resource_adaptor& operator=(prefetch_resource_adaptor const&) = delete;
-  prefetch_resource_adaptor& operator=(prefetch_resource_adaptor&&) = delete;
-
-  /** @return the resource this adaptor forwards to. */
-  [[nodiscard]] device_memory_resource* upstream_resource() const noexcept { return upstream_; }
 
  private:
   /**
@@ -46,10 +39,6 @@ class GPUMEM_EXPORT prefetch_resource_adaptor final : public device_memory_resou
    *         allocation is then given back first).
    */
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
-  void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
-  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
-
-  device_memory_resource* upstream_;
 };
 
 }  // namespace gpumem::mr

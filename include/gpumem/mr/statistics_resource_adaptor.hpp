@@ -1,13 +1,16 @@
 /**
  * @file statistics_resource_adaptor.hpp
  * An adaptor that counts what goes through it: bytes and allocations in use, their peaks and totals, and
- * the same for nested scopes (push_counters / pop_counters), with RMM's semantics.
+ * the same for nested scopes (push_counters / pop_counters), with RMM's semantics. gpumem's one counting
+ * adaptor: under a sub-allocator, it measures the bytes taken from the upstream (current and peak) for the
+ * benchmarks and `gpumem replay`, and the tests' recording double counts with it.
  */
 #pragma once
 
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/mr/resource_adaptor_base.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -27,12 +30,13 @@ namespace gpumem::mr {
  *   parent.peak = max(parent.peak, parent.current_before_the_push + child.peak).
  * Sizes are counted as requested (not rounded up).
  *
+ * Cost: one lock of one mutex per allocate and per deallocate, besides the upstream's call.
  * Thread-safety: all members may be called concurrently (one mutex guards the counters; the upstream is
  * called outside it). Scopes are the adaptor's, not a thread's: a push on one thread opens a scope for all.
  * Stream-ordering: as the upstream's.
  * Equality: equal to another statistics_resource_adaptor whose upstream is equal to this one's.
  */
-class GPUMEM_EXPORT statistics_resource_adaptor final : public device_memory_resource {
+class GPUMEM_EXPORT statistics_resource_adaptor final : public resource_adaptor_base {
  public:
   /** @brief One statistic: its current value, the highest it reached, and the sum of everything added. */
   struct counter {
@@ -60,11 +64,6 @@ class GPUMEM_EXPORT statistics_resource_adaptor final : public device_memory_res
 
   /** @throws gpumem::logic_error if `upstream` is null. */
   explicit statistics_resource_adaptor(device_memory_resource* upstream);
-  ~statistics_resource_adaptor() override = default;
-  statistics_resource_adaptor(statistics_resource_adaptor const&) = delete;
-  statistics_resource_adaptor(statistics_resource_adaptor&&) = delete;
-  statistics_resource_adaptor& operator=(statistics_resource_adaptor const&) = delete;
-  statistics_resource_adaptor& operator=(statistics_resource_adaptor&&) = delete;
 
   /** @return the innermost scope's byte counter. */
   [[nodiscard]] counter get_bytes_counter() const noexcept;
@@ -87,15 +86,10 @@ class GPUMEM_EXPORT statistics_resource_adaptor final : public device_memory_res
    */
   counters pop_counters();
 
-  /** @return the resource this adaptor forwards to. */
-  [[nodiscard]] device_memory_resource* upstream_resource() const noexcept { return upstream_; }
-
  private:
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
-  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
 
-  device_memory_resource* upstream_;
   mutable std::mutex mutex_;
   std::vector<counters> stack_;  // guarded by mutex_: never empty; back() is the innermost scope
 };

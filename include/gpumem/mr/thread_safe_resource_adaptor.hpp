@@ -9,6 +9,7 @@
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/mr/resource_adaptor_base.hpp>
 
 #include <cstddef>
 #include <mutex>
@@ -21,26 +22,16 @@ namespace gpumem::mr {
  * Stream-ordering: as the upstream's.
  * Equality: equal to another thread_safe_resource_adaptor whose upstream is equal to this one's.
  */
-class GPUMEM_EXPORT thread_safe_resource_adaptor final : public device_memory_resource {
+class GPUMEM_EXPORT thread_safe_resource_adaptor final : public resource_adaptor_base {
  public:
   /** @throws gpumem::logic_error if `upstream` is null. */
   explicit thread_safe_resource_adaptor(device_memory_resource* upstream);
-  ~thread_safe_resource_adaptor() override = default;
-  thread_safe_resource_adaptor(thread_safe_resource_adaptor const&) = delete;
-  thread_safe_resource_adaptor(thread_safe_resource_adaptor&&) = delete;
-  thread_safe_resource_adaptor& operator=(thread_safe_resource_adaptor const&) = delete;
-  thread_safe_resource_adaptor& operator=(thread_safe_resource_adaptor&&) = delete;
-
-  /** @return the resource this adaptor forwards to. */
-  [[nodiscard]] device_memory_resource* upstream_resource() const noexcept { return upstream_; }
 
  private:
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
-  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
 
-  device_memory_resource* upstream_;  // its calls are guarded by mutex_
-  std::mutex mutex_;
+  std::mutex mutex_;  // held around every call to the upstream
 };
 
 }  // namespace gpumem::mr

@@ -8,6 +8,7 @@
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
+#include <gpumem/mr/resource_adaptor_base.hpp>
 
 #include <cstddef>
 #include <map>
@@ -37,7 +38,7 @@ namespace gpumem::mr {
  * Stream-ordering: as the upstream's.
  * Equality: equal to another tracking_resource_adaptor whose upstream is equal to this one's.
  */
-class GPUMEM_EXPORT tracking_resource_adaptor final : public device_memory_resource {
+class GPUMEM_EXPORT tracking_resource_adaptor final : public resource_adaptor_base {
  public:
   /** @brief An outstanding allocation. */
   struct allocation_info {
@@ -54,10 +55,6 @@ class GPUMEM_EXPORT tracking_resource_adaptor final : public device_memory_resou
   explicit tracking_resource_adaptor(device_memory_resource* upstream, bool capture_stacks = false);
   /** @brief Writes report() to stderr (a leak report) if any allocation is still outstanding. */
   ~tracking_resource_adaptor() override;
-  tracking_resource_adaptor(tracking_resource_adaptor const&) = delete;
-  tracking_resource_adaptor(tracking_resource_adaptor&&) = delete;
-  tracking_resource_adaptor& operator=(tracking_resource_adaptor const&) = delete;
-  tracking_resource_adaptor& operator=(tracking_resource_adaptor&&) = delete;
 
   /** @return the bytes of all outstanding allocations, as requested. */
   [[nodiscard]] std::size_t allocated_bytes() const noexcept;
@@ -75,15 +72,11 @@ class GPUMEM_EXPORT tracking_resource_adaptor final : public device_memory_resou
   [[nodiscard]] std::string report() const;
   /** @return whether stacks are captured. */
   [[nodiscard]] bool captures_stacks() const noexcept { return capture_stacks_; }
-  /** @return the resource this adaptor forwards to. */
-  [[nodiscard]] device_memory_resource* upstream_resource() const noexcept { return upstream_; }
 
  private:
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
-  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
 
-  device_memory_resource* upstream_;
   bool const capture_stacks_;
   /// What is kept per allocation: the stack as return addresses (symbolised on demand).
   struct record {
