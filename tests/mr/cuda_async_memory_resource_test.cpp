@@ -112,6 +112,19 @@ TEST(cuda_async_memory_resource, trim_returns_cached_memory)
   EXPECT_EQ(resource.usage().reserved_current, 0U);
 }
 
+TEST(cuda_async_view_memory_resource, trim_returns_the_cached_memory_of_the_pool_it_views)
+{
+  mr::cuda_async_memory_resource owner;
+  mr::cuda_async_view_memory_resource view{owner.pool_handle(), get_current_cuda_device()};
+  cuda_stream s;
+  void* p = view.allocate(8 * mib, s);
+  view.deallocate(p, 8 * mib, s);
+  s.synchronize();
+  EXPECT_GE(owner.usage().reserved_current, 8 * mib);
+  view.trim(0);
+  EXPECT_EQ(owner.usage().reserved_current, 0U) << "trimming through a view trims the pool itself";
+}
+
 TEST(cuda_async_memory_resource, zero_release_threshold_returns_memory_at_synchronisation)
 {
   mr::cuda_async_memory_resource resource{std::nullopt, std::size_t{0}};
