@@ -49,9 +49,9 @@ class cuda_stream_view {
   [[nodiscard]] GPUMEM_EXPORT bool synchronize_no_throw() const noexcept;
   /** @return true when all work submitted so far has completed. @throws cuda_error */
   [[nodiscard]] GPUMEM_EXPORT bool is_idle() const;
-  /** @return the stream's priority (lower numbers are higher priorities; 0 for the default streams). @throws cuda_error */
+  /** @return the stream's priority (lower numbers are higher priorities). @throws cuda_error */
   [[nodiscard]] GPUMEM_EXPORT int priority() const;
-  /** @return true while the stream's work is being captured into a graph (cudaStreamIsCapturing). @throws cuda_error */
+  /** @return true while the stream's work is captured into a graph (cudaStreamIsCapturing). @throws cuda_error */
   [[nodiscard]] GPUMEM_EXPORT bool is_capturing() const;
   /**
    * @brief Enqueues `fn(user_data)` on the stream (cudaLaunchHostFunc).
