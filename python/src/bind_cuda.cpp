@@ -23,7 +23,6 @@
 #include "interpreter.hpp"
 #include "registry.hpp"
 
-#include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_device_id.hpp>
 #include <gpumem/cuda_stream.hpp>
 #include <gpumem/cuda_stream_view.hpp>
