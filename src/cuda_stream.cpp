@@ -55,7 +55,7 @@ cuda_stream::flags cuda_stream::get_flags() const
 int cuda_stream::priority() const
 {
   expects(is_valid(), "the stream was moved from");
-  return detail::get_backend().stream_priority(stream_);
+  return view().priority();
 }
 
 void cuda_stream::synchronize() const

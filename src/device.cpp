@@ -19,15 +19,18 @@ void check_device_id(cuda_device_id device)
 
 cuda_device_id get_current_cuda_device() { return cuda_device_id{detail::get_backend().current_device()}; }
 
+void set_current_cuda_device(cuda_device_id device)
+{
+  check_device_id(device);
+  detail::get_backend().set_current_device(device.value());
+}
+
 int get_num_cuda_devices() { return detail::get_backend().device_count(); }
 
 cuda_set_device_raii::cuda_set_device_raii(cuda_device_id device)
   : previous_{get_current_cuda_device()}, needs_reset_{previous_ != device}
 {
-  if (needs_reset_) {
-    check_device_id(device);
-    detail::get_backend().set_current_device(device.value());
-  }
+  if (needs_reset_) { set_current_cuda_device(device); }
 }
 
 cuda_set_device_raii::~cuda_set_device_raii() noexcept

@@ -26,6 +26,15 @@ class cuda_device_id {
 /** @brief The calling thread's current device. @throws cuda_error if the backend cannot say. */
 [[nodiscard]] GPUMEM_EXPORT cuda_device_id get_current_cuda_device();
 
+/**
+ * @brief Makes `device` the calling thread's current device (cudaSetDevice); work and allocations that name
+ * no device go to it from now on.
+ * Thread-safety: affects the calling thread only.
+ * @throws gpumem::logic_error if `device` is not a valid device ordinal (the current device is unchanged).
+ * @throws gpumem::cuda_error if the backend cannot make it current.
+ */
+GPUMEM_EXPORT void set_current_cuda_device(cuda_device_id device);
+
 /** @brief How many devices the backend has (0 is never returned: the host backend has at least one). */
 [[nodiscard]] GPUMEM_EXPORT int get_num_cuda_devices();
 

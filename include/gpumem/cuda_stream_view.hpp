@@ -49,6 +49,19 @@ class cuda_stream_view {
   [[nodiscard]] GPUMEM_EXPORT bool synchronize_no_throw() const noexcept;
   /** @return true when all work submitted so far has completed. @throws cuda_error */
   [[nodiscard]] GPUMEM_EXPORT bool is_idle() const;
+  /** @return the stream's priority (lower numbers are higher priorities). @throws cuda_error */
+  [[nodiscard]] GPUMEM_EXPORT int priority() const;
+  /** @return true while the stream's work is captured into a graph (cudaStreamIsCapturing). @throws cuda_error */
+  [[nodiscard]] GPUMEM_EXPORT bool is_capturing() const;
+  /**
+   * @brief Enqueues `fn(user_data)` on the stream (cudaLaunchHostFunc).
+   * Stream-ordering: `fn` runs on another thread (CUDA's callback thread, or the host backend's stream worker)
+   * once all work submitted to the stream before it has completed; work submitted after it waits for it to
+   * return. On a capturing stream it becomes a node of the graph and runs at every launch instead.
+   * @pre `fn` does not throw and calls neither CUDA nor gpumem (CUDA forbids it; it may deadlock).
+   * @throws logic_error if `fn` is null; cuda_error if it cannot be enqueued (`fn` then never runs).
+   */
+  GPUMEM_EXPORT void launch_host_func(void (*fn)(void*), void* user_data) const;
 
   friend bool operator==(cuda_stream_view a, cuda_stream_view b) noexcept { return a.stream_ == b.stream_; }
 

@@ -1,6 +1,7 @@
 /**
  * @file transfer.hpp
- * Fast copies between host and device memory, whatever kind of host memory it is.
+ * Fast copies between host and device memory, whatever kind of host memory it is; and the plain
+ * stream-ordered copy and fill of CUDA (memcpy_async, memset_async) for memory of any kind.
  *
  * From pinned host memory a copy is one cudaMemcpyAsync, which runs at the link's full speed and does not
  * block the caller. From pageable memory CUDA copies at a fraction of that speed (docs/PERFORMANCE.md),
@@ -88,5 +89,29 @@ GPUMEM_EXPORT void copy_to_device(void* dst, void const* src, std::size_t bytes,
  * @throws as copy_to_device.
  */
 GPUMEM_EXPORT void copy_to_host(void* dst, void const* src, std::size_t bytes, cuda_stream_view stream);
+
+/**
+ * @brief Copies `bytes` from `src` to `dst`, ordered on `stream` (cudaMemcpyAsync with cudaMemcpyDefault:
+ * either side may be device, managed or host memory; the runtime tells which from the address).
+ *
+ * One driver call, nothing staged: with pageable host memory on either side CUDA's own slow path applies and
+ * the call may wait for the copy (copy_to_device / copy_to_host are the fast way for pageable memory).
+ * Stream-ordering: after the work submitted to `stream` so far; otherwise the call returns at once, and `src`
+ * must stay valid and unchanged, `dst` unread, until `stream` has reached the end of the copy.
+ * `bytes` == 0 does nothing (null pointers allowed).
+ * @pre the ranges [dst, dst + bytes) and [src, src + bytes) are valid and do not overlap.
+ * @throws gpumem::logic_error if `dst` or `src` is null while bytes > 0.
+ * @throws gpumem::cuda_error if the copy cannot be enqueued.
+ */
+GPUMEM_EXPORT void memcpy_async(void* dst, void const* src, std::size_t bytes, cuda_stream_view stream);
+
+/**
+ * @brief Sets `bytes` bytes at `dst` (device or managed memory) to `value`'s low byte, ordered on `stream`
+ * (cudaMemsetAsync). Returns at once; `dst` holds the value once `stream` has reached the end of the fill.
+ * `bytes` == 0 does nothing (a null pointer allowed).
+ * @throws gpumem::logic_error if `dst` is null while bytes > 0.
+ * @throws gpumem::cuda_error if the fill cannot be enqueued.
+ */
+GPUMEM_EXPORT void memset_async(void* dst, int value, std::size_t bytes, cuda_stream_view stream);
 
 }  // namespace gpumem

@@ -2,7 +2,10 @@
 
 It needs nothing from PyPI: pip's isolated build environment stays empty (``requires = []``), and this
 backend drives the project's own CMake build, then packs what the build put in ``<build>/python/gpumem``
-(the extension module, the pure-Python package, the PyTorch allocator library, the stubs) into a wheel.
+(the extension module, the pure-Python package, the PyTorch allocator library, the stubs, the command-line
+tool ``_bin/gpumem`` with the allocation logs in ``_data/logs``) into a wheel whose console script
+``gpumem`` runs that tool. The wheel's version is CMake's ``project(gpumem VERSION ...)``, read from the
+top-level CMakeLists.txt, the same one the build writes into ``gpumem/_version.py``.
 
 What the build needs is what the README's commands install: CMake >= 3.25, a C++20 compiler, the CUDA
 toolkit, pybind11 importable by the interpreter pip runs (Debian's python3-pybind11, or pybind11 in the
@@ -24,6 +27,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -32,6 +36,8 @@ from pathlib import Path
 
 _PACKAGE = "gpumem"
 _SUMMARY = "A GPU memory manager: RMM's resources, CuPy's memory API, unified buffers, allocators for CuPy, PyTorch, Numba"
+# As [project.scripts] in pyproject.toml (python/tests/test_packaging.py checks that they agree).
+_CONSOLE_SCRIPTS = {"gpumem": "gpumem._cli:main"}
 
 
 # ---- the PEP 517 hooks -------------------------------------------------------------------------------------
@@ -132,7 +138,7 @@ def _build_package(settings: _Settings) -> Path:
             raise RuntimeError(f"reuse-build: {settings.build_dir} is not a configured CMake build directory")
     else:
         configure = [cmake, "-S", root, "-B", settings.build_dir, "-DCMAKE_BUILD_TYPE=Release",
-                     "-DGPUMEM_BUILD_PYTHON=ON", "-DGPUMEM_BUILD_TESTS=OFF", "-DGPUMEM_BUILD_CLI=OFF",
+                     "-DGPUMEM_BUILD_PYTHON=ON", "-DGPUMEM_BUILD_TESTS=OFF", "-DGPUMEM_BUILD_CLI=ON",
                      "-DGPUMEM_BUILD_BENCHMARKS=OFF", "-DGPUMEM_WARNINGS_AS_ERRORS=OFF",
                      f"-DGPUMEM_PYTHON_EXECUTABLE={sys.executable}"]
         ninja = _working_tool("ninja")
@@ -143,6 +149,9 @@ def _build_package(settings: _Settings) -> Path:
     package_dir = settings.build_dir / "python" / _PACKAGE
     if not any(package_dir.glob("_gpumem*.so")):
         raise RuntimeError(f"the build did not produce the extension module in {package_dir}")
+    if not os.access(package_dir / "_bin" / "gpumem", os.X_OK):
+        raise RuntimeError(f"the build did not put the command-line tool in {package_dir / '_bin'}: "
+                           "a build reused with reuse-build needs GPUMEM_BUILD_CLI=ON")
     return package_dir
 
 
@@ -170,7 +179,8 @@ def _write_wheel(wheel_path: Path, package_dir: Path) -> None:
 
 def _add(wheel: zipfile.ZipFile, arcname: str, data: bytes, executable: bool = False):
     info = zipfile.ZipInfo(arcname, date_time=(2020, 1, 1, 0, 0, 0))  # fixed: reproducible wheels
-    info.external_attr = (0o755 if executable else 0o644) << 16
+    # A regular file's mode: pip makes a file executable only when the type bits say it is a regular file.
+    info.external_attr = (stat.S_IFREG | (0o755 if executable else 0o644)) << 16
     info.compress_type = zipfile.ZIP_DEFLATED
     wheel.writestr(info, data)
     digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode("ascii")
@@ -182,7 +192,8 @@ def _metadata_files():
                 f"Requires-Python: >=3.9\nRequires-Dist: numpy\n")
     wheel = (f"Wheel-Version: 1.0\nGenerator: gpumem_build_backend\nRoot-Is-Purelib: false\n"
              f"Tag: {_wheel_tag()}\n")
-    return {"METADATA": metadata, "WHEEL": wheel}
+    entry_points = "[console_scripts]\n" + "".join(f"{name} = {target}\n" for name, target in _CONSOLE_SCRIPTS.items())
+    return {"METADATA": metadata, "WHEEL": wheel, "entry_points.txt": entry_points}
 
 
 def _dist_info_name() -> str:
@@ -206,14 +217,14 @@ def _project_root() -> Path:
     here = Path(__file__).resolve().parent
     for candidate in (here, *here.parents):
         cmakelists = candidate / "CMakeLists.txt"
-        if cmakelists.is_file() and "project(gpumem " in cmakelists.read_text(encoding="utf-8"):
+        if cmakelists.is_file() and re.search(r"^project\(gpumem\s", cmakelists.read_text(encoding="utf-8"), re.M):
             return candidate
     raise RuntimeError(f"cannot find gpumem's top-level CMakeLists.txt above {here}: install from a checkout")
 
 
 def _version() -> str:
     text = (_project_root() / "CMakeLists.txt").read_text(encoding="utf-8")
-    match = re.search(r"project\(gpumem\s+VERSION\s+([0-9][0-9.]*)", text)
+    match = re.search(r"^project\(gpumem\s+VERSION\s+([0-9][0-9.]*)", text, re.M)
     if match is None:
         raise RuntimeError("cannot read gpumem's version from the top-level CMakeLists.txt")
     return match.group(1)

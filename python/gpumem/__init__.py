@@ -12,7 +12,13 @@ when memory is exhausted; ``ValueError`` for misuse (an unknown or already-freed
 
 The library runs on the GPU (CUDA backend) or, where there is none, on its host backend, which emulates
 a device on the CPU (``GPUMEM_BACKEND=cuda|host`` chooses).
+
+``gpumem.__version__`` is the project's version (CMake's ``project(gpumem VERSION ...)``, written into
+``gpumem/_version.py`` by the build). The package also holds the ``gpumem`` command-line tool: the console
+script ``gpumem`` and ``python -m gpumem`` run it.
 """
+
+from ._version import __version__  # noqa: F401  (written by the build)
 
 from ._gpumem import (  # noqa: F401  (re-exported)
     BufferState,

@@ -23,7 +23,6 @@
 #include "interpreter.hpp"
 #include "registry.hpp"
 
-#include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_device_id.hpp>
 #include <gpumem/cuda_stream.hpp>
 #include <gpumem/cuda_stream_view.hpp>
@@ -316,8 +315,7 @@ thread_local std::vector<int> previous_devices;  // NOLINT: the devices `with De
 
 void set_device(int id)
 {
-  check_device_id(cuda_device_id{id});
-  detail::get_backend().set_current_device(id);
+  set_current_cuda_device(cuda_device_id{id});
 }
 
 void bind_devices(py::module_& m)
@@ -392,7 +390,7 @@ before (per thread; blocks nest).)doc")
         expects(!previous_devices.empty(), "Device.__exit__ without __enter__ on this thread");
         int const previous = previous_devices.back();
         previous_devices.pop_back();
-        detail::get_backend().set_current_device(previous);
+        set_current_cuda_device(cuda_device_id{previous});
         return false;
       },
       "Restores the device that was current before __enter__.")
@@ -513,7 +511,7 @@ The Graph keeps the captured callbacks' Python objects alive while it exists and
         g.captured.launch(s);
         if (!g.payloads->empty()) {
           auto holder = std::make_unique<std::shared_ptr<void>>(g.payloads);
-          detail::get_backend().launch_host_func(s.value(), &release_after_launch, holder.get());
+          s.launch_host_func(&release_after_launch, holder.get());
           static_cast<void>(holder.release());  // owned by the host function from here
         }
       },
@@ -551,7 +549,7 @@ Graph.launch, MemoryPointer's *_async copies). Streams compare and hash by their
     .def_property_readonly(
       "device_id", [](py_stream const& s) { return device_of(s); }, "The device the stream belongs to.")
     .def_property_readonly(
-      "priority", [](py_stream const& s) { return detail::get_backend().stream_priority(s.handle); },
+      "priority", [](py_stream const& s) { return s.view().priority(); },
       "The stream's priority (lower is higher).")
     .def(
       "synchronize",
@@ -587,10 +585,9 @@ Graph.launch, MemoryPointer's *_async copies). Streams compare and hash by their
         drain_graveyard();
         auto const& s = self.cast<py_stream const&>();
         auto payload = std::make_unique<callback_payload>(callback_payload{callback, self, arg});
-        auto& backend = detail::get_backend();
-        if (backend.stream_is_capturing(s.handle)) {
+        if (s.view().is_capturing()) {
           auto const found = capturing_graphs().find(s.handle);
-          backend.launch_host_func(s.handle, &run_captured, payload.get());
+          s.view().launch_host_func(&run_captured, payload.get());
           if (found != capturing_graphs().end()) {
             found->second->payloads->push_back(std::move(payload));
           } else {
@@ -598,7 +595,7 @@ Graph.launch, MemoryPointer's *_async copies). Streams compare and hash by their
           }
           return;
         }
-        backend.launch_host_func(s.handle, &run_once, payload.get());
+        s.view().launch_host_func(&run_once, payload.get());
         static_cast<void>(payload.release());  // run_once buries it
       },
       py::arg("callback"), py::arg("arg"),
@@ -633,7 +630,7 @@ callback becomes part of the Graph and runs at each launch.)doc")
       },
       "Ends the capture and returns the instantiated Graph.")
     .def(
-      "is_capturing", [](py_stream const& s) { return detail::get_backend().stream_is_capturing(s.handle); },
+      "is_capturing", [](py_stream const& s) { return s.view().is_capturing(); },
       "True while the stream is being captured.")
     .def(
       "use",

@@ -9,12 +9,12 @@
 #include "bind_cuda_memory.hpp"
 #include "registry.hpp"
 
-#include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_device_id.hpp>
 #include <gpumem/device.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/managed_memory_resource.hpp>
+#include <gpumem/prefetch.hpp>
 
 #include <pybind11/detail/internals.h>
 #if __has_include(<pybind11/detail/exception_translation.h>)
@@ -204,7 +204,7 @@ std::string with_commas(std::size_t bytes)
   return grouped;
 }
 
-int current_device_id() { return detail::get_backend().current_device(); }
+int current_device_id() { return get_current_cuda_device().value(); }
 
 stream_ref current_stream()
 {
@@ -302,8 +302,8 @@ ManagedMemory(size): raises ValueError for a negative size, OutOfMemoryError whe
       [](managed_memory const& m, py::handle stream) {
         stream_ref const s = stream_argument(stream);
         if (m.size() == 0) { return; }
-        detail::get_backend().mem_prefetch_async(reinterpret_cast<void const*>(m.ptr()), m.size(), m.device_id(),  // NOLINT
-                                                 s.handle);
+        gpumem::prefetch(reinterpret_cast<void const*>(m.ptr()), m.size(), cuda_device_id{m.device_id()},  // NOLINT
+                         cuda_stream_view{s.handle});
       },
       py::arg("stream") = py::none(),
       "Migrates the memory to its device, ordered on `stream` (None: the current stream); a hint, the data stay "

@@ -12,7 +12,6 @@
 // alive until then; a stream given as an int must outlive the memory.
 #include "bind_cuda_memory.hpp"
 
-#include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_device_id.hpp>
 #include <gpumem/device.hpp>
 #include <gpumem/error.hpp>
@@ -234,7 +233,7 @@ set_allocator(MemoryAsyncPool().malloc).)doc")
         async_pool_entry const& e = pool.entry();
         py::gil_scoped_release const release;
         cuda_stream_view{s.handle}.synchronize();
-        detail::get_backend().mempool_trim(e.resource->pool_handle(), 0);
+        e.resource->trim(0);
       },
       py::arg("stream") = py::none(),
       "Synchronises `stream` (None: the current stream), so that memory freed on it is back in the pool, then "

@@ -14,9 +14,9 @@
 // watch list instead; the effect is the same.)
 #include "bind_cuda_memory.hpp"
 
-#include <gpumem/backend/backend.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/mr/detail/align.hpp>
+#include <gpumem/mr/pinned_host_memory_resource.hpp>
 #include <gpumem/mr/pinned_memory_pool.hpp>
 
 #include <map>
@@ -69,7 +69,14 @@ void wait_pending(std::vector<event> const& pending) noexcept
   }
 }
 
-/** @brief PinnedMemory(size, flags): backend pinned memory, freed (after its pending copies) when the object goes. */
+/** @brief Where PinnedMemory comes from (cudaMallocHost / cudaFreeHost); leaked: memory may be freed at exit. */
+mr::pinned_host_memory_resource& pinned_host_resource()
+{
+  static auto* const resource = new mr::pinned_host_memory_resource{};  // NOLINT(cppcoreguidelines-owning-memory)
+  return *resource;
+}
+
+/** @brief PinnedMemory(size, flags): pinned host memory, freed (after its pending copies) when the object goes. */
 class host_alloc_memory final : public pinned_memory {
  public:
   host_alloc_memory(void* ptr, std::size_t size, unsigned flags) noexcept : pinned_memory{to_int(ptr), size}, flags_{flags} {}
@@ -78,7 +85,7 @@ class host_alloc_memory final : public pinned_memory {
     if (ptr() == 0) { return; }
     std::vector<event> const pending = take_pending();
     wait_pending(pending);
-    detail::get_backend().free_pinned(reinterpret_cast<void*>(ptr()));  // NOLINT(performance-no-int-to-ptr)
+    pinned_host_resource().deallocate(reinterpret_cast<void*>(ptr()), size());  // NOLINT(performance-no-int-to-ptr)
   }
   host_alloc_memory(host_alloc_memory const&) = delete;
   host_alloc_memory& operator=(host_alloc_memory const&) = delete;
@@ -100,10 +107,7 @@ class host_alloc_memory final : public pinned_memory {
     void* p = nullptr;
     if (size > 0) {
       py::gil_scoped_release const release;
-      p = detail::get_backend().malloc_pinned(size);
-    }
-    if (size > 0 && p == nullptr) {
-      throw out_of_memory("PinnedMemory: cannot allocate " + with_commas(size) + " bytes of pinned host memory");
+      p = pinned_host_resource().allocate(size);  // gpumem::out_of_memory when the memory cannot be pinned
     }
     return std::make_shared<host_alloc_memory>(p, size, flags);
   }

@@ -12,7 +12,6 @@
 #include "bind_cuda_memory.hpp"
 #include "host_buffer.hpp"
 
-#include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_device_id.hpp>
 #include <gpumem/transfer.hpp>
 
@@ -230,7 +229,7 @@ void copy_from_device(memory_pointer const& self, memory_pointer const& src, std
   static_cast<void>(device_extent(src, size, what));
   if (bytes == 0) { return; }
   run_copy(self, stream, async, [&](cudaStream_t s) {
-    detail::get_backend().memcpy_async(address(self), address(src), bytes, s);
+    gpumem::memcpy_async(address(self), address(src), bytes, cuda_stream_view{s});
   });
 }
 
@@ -247,7 +246,7 @@ void memset(memory_pointer const& self, int value, std::size_t size, py::handle 
 {
   std::size_t const bytes = device_extent(self, size, async ? "memset_async" : "memset");
   if (bytes == 0) { return; }
-  run_copy(self, stream, async, [&](cudaStream_t s) { detail::get_backend().memset_async(address(self), value, bytes, s); });
+  run_copy(self, stream, async, [&](cudaStream_t s) { gpumem::memset_async(address(self), value, bytes, cuda_stream_view{s}); });
 }
 
 std::string describe(memory_pointer const& p)

@@ -25,8 +25,8 @@
 #include "host_buffer.hpp"
 #include "registry.hpp"
 
-#include <gpumem/backend/backend.hpp>
 #include <gpumem/buffer/device_buffer.hpp>
+#include <gpumem/device.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/transfer.hpp>
 

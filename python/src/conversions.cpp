@@ -3,8 +3,8 @@
 
 #include "arguments.hpp"
 
-#include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_device_id.hpp>
+#include <gpumem/device.hpp>
 
 #include <cstdint>
 #include <limits>

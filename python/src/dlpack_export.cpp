@@ -1,7 +1,7 @@
 // Exporting memory as a DLPack capsule: see dlpack_export.hpp.
 #include "dlpack_export.hpp"
 
-#include <gpumem/backend/backend.hpp>
+#include <gpumem/device.hpp>
 
 #include <memory>
 #include <string>

@@ -29,6 +29,14 @@ How it reads the module (nothing here names a class of gpumem; whatever the modu
   classes become ``typing.NamedTuple`` subclasses. Submodules get their own stub files.
 
 The output is deterministic (no addresses, times or set orders): the same module gives byte-identical files.
+
+Why not mypy's stubgen (Debian 12's python3-mypy, mypy 1.0) on the built module: its stubs of gpumem._gpumem
+have no docstrings; two of its three files do not parse (a property's prose docstring is taken for its
+signature: ``def state(self) -> Which copy is current: ...``); a docstring's text becomes a phantom overload
+(``def copy(self, sameresource) -> Any``); pybind11's ``handle``, ``capsule`` and ``buffer`` are left as
+undefined names; keyword-only parameters lose the whole signature (``DeviceBuffer.__init__(*args,
+**kwargs)``), static methods become instance methods, and every default is ``...``. This tool needs only
+the standard library, so the stubs are generated wherever the module is built, a GPU machine included.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ cuda_async_view_memory_resource::cuda_async_view_memory_resource(cudaMemPool_t p
 
 mempool_usage cuda_async_view_memory_resource::usage() const { return detail::get_backend().mempool_get_usage(pool_); }
 
+void cuda_async_view_memory_resource::trim(std::size_t keep_bytes) { detail::get_backend().mempool_trim(pool_, keep_bytes); }
+
 void* cuda_async_view_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view stream)
 {
   void* const ptr = detail::get_backend().mempool_malloc_async(pool_, bytes, stream.value());
@@ -119,7 +121,5 @@ cuda_async_memory_resource::cuda_async_memory_resource(std::optional<std::size_t
 }
 
 cuda_async_memory_resource::~cuda_async_memory_resource() { detail::get_backend().mempool_destroy(pool_handle()); }
-
-void cuda_async_memory_resource::trim(std::size_t keep_bytes) { detail::get_backend().mempool_trim(pool_handle(), keep_bytes); }
 
 }  // namespace gpumem::mr

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 
 namespace gpumem {
 namespace {
@@ -16,6 +17,27 @@ TEST(Device, CountAndCurrent)
   cuda_device_id const current = get_current_cuda_device();
   EXPECT_GE(current.value(), 0);
   EXPECT_LT(current.value(), get_num_cuda_devices());
+}
+
+TEST(Device, SetCurrentDeviceMakesAValidDeviceCurrentAndRefusesOthers)
+{
+  cuda_device_id const before = get_current_cuda_device();
+  int const count = get_num_cuda_devices();
+  set_current_cuda_device(before);
+  EXPECT_EQ(get_current_cuda_device(), before);
+  EXPECT_THROW(set_current_cuda_device(cuda_device_id{count}), logic_error);
+  EXPECT_THROW(set_current_cuda_device(cuda_device_id{-1}), logic_error);
+  EXPECT_EQ(get_current_cuda_device(), before) << "a refused device leaves the current one";
+  if (count < 2) { GTEST_SKIP() << "switching devices needs two (GPUMEM_HOST_DEVICES=2 on the host backend)"; }
+  cuda_device_id const other{before.value() == 0 ? 1 : 0};
+  std::thread{[other] {
+    set_current_cuda_device(other);
+    EXPECT_EQ(get_current_cuda_device(), other);
+  }}.join();
+  EXPECT_EQ(get_current_cuda_device(), before) << "the current device is per thread";
+  set_current_cuda_device(other);
+  EXPECT_EQ(get_current_cuda_device(), other);
+  set_current_cuda_device(before);
 }
 
 TEST(Device, Properties)

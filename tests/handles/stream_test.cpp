@@ -5,6 +5,7 @@
 #include <gpumem/cuda_stream.hpp>
 #include <gpumem/cuda_stream_pool.hpp>
 #include <gpumem/error.hpp>
+#include <gpumem/graph.hpp>
 
 #include <gtest/gtest.h>
 
@@ -83,6 +84,59 @@ TEST(CudaStream, FlagsPriorityAndDevice)
   EXPECT_EQ(high.priority(), greatest);
   cuda_stream beyond{cuda_stream::flags::sync_default, greatest - 100};
   EXPECT_EQ(beyond.priority(), greatest) << "priorities outside the range are clamped, as CUDA does";
+}
+
+TEST(CudaStreamView, PriorityAndCaptureStateOfAnyHandle)
+{
+  auto const [least, greatest] = cuda_stream::priority_range();
+  cuda_stream high{cuda_stream::flags::sync_default, greatest};
+  cuda_stream low{cuda_stream::flags::sync_default, least};
+  cuda_stream_view const high_view{high.value()};  // a bare handle, as a foreign stream arrives
+  EXPECT_EQ(high_view.priority(), greatest);
+  EXPECT_EQ(cuda_stream_view{low.value()}.priority(), least);
+  EXPECT_FALSE(high_view.is_capturing());
+  graph g;
+  g.capture_begin(high_view);
+  EXPECT_TRUE(high_view.is_capturing());
+  EXPECT_FALSE(cuda_stream_view{low.value()}.is_capturing());
+  g.capture_end();
+  EXPECT_FALSE(high_view.is_capturing());
+}
+
+TEST(CudaStreamView, HostFunctionRunsAfterEarlierWorkAndBeforeLaterWork)
+{
+  cuda_stream stream;
+  cuda_stream_view const view{stream.value()};
+  std::vector<int> seen;
+  test::gate gate;
+  gate.hold(stream.value());
+  auto first = [&seen] { seen.push_back(1); };
+  test::on_stream(stream.value(), first);
+  view.launch_host_func([](void* data) { static_cast<std::vector<int>*>(data)->push_back(2); }, &seen);
+  auto last = [&seen] { seen.push_back(3); };
+  test::on_stream(stream.value(), last);
+  EXPECT_TRUE(seen.empty()) << "launch_host_func does not wait for the stream";
+  gate.release();
+  view.synchronize();
+  EXPECT_EQ(seen, (std::vector<int>{1, 2, 3}));
+  EXPECT_THROW(view.launch_host_func(nullptr, nullptr), logic_error);
+}
+
+TEST(CudaStreamView, HostFunctionLaunchedDuringCaptureRunsAtEveryLaunch)
+{
+  cuda_stream stream;
+  cuda_stream_view const view{stream.value()};
+  int runs = 0;
+  graph g;
+  g.capture_begin(view);
+  view.launch_host_func([](void* data) { ++*static_cast<int*>(data); }, &runs);
+  g.capture_end();
+  view.synchronize();
+  EXPECT_EQ(runs, 0) << "captured, not run";
+  g.launch(view);
+  g.launch(view);
+  view.synchronize();
+  EXPECT_EQ(runs, 2);
 }
 
 TEST(CudaStream, MoveTransfersOwnership)

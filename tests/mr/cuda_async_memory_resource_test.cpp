@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -100,16 +101,21 @@ TEST(cuda_async_memory_resource, same_stream_reuse_and_usage)
   EXPECT_GE(after.reserved_current, 4 * mib) << "the default release threshold keeps freed memory cached";
 }
 
-TEST(cuda_async_memory_resource, trim_returns_cached_memory)
+TEST(cuda_async_memory_resource, trim_returns_cached_memory_through_the_owner_or_a_view_of_its_pool)
 {
-  mr::cuda_async_memory_resource resource;
+  mr::cuda_async_memory_resource owner;
+  mr::cuda_async_view_memory_resource view{owner.pool_handle(), get_current_cuda_device()};
   cuda_stream s;
-  void* p = resource.allocate(8 * mib, s);
-  resource.deallocate(p, 8 * mib, s);
-  s.synchronize();
-  EXPECT_GE(resource.usage().reserved_current, 8 * mib);
-  resource.trim(0);
-  EXPECT_EQ(resource.usage().reserved_current, 0U);
+  std::array<mr::cuda_async_view_memory_resource*, 2> const trimmers{&owner, &view};
+  for (mr::cuda_async_view_memory_resource* const trimmer : trimmers) {
+    SCOPED_TRACE(trimmer == &view ? "the view" : "the owner");
+    void* p = trimmer->allocate(8 * mib, s);
+    trimmer->deallocate(p, 8 * mib, s);
+    s.synchronize();
+    EXPECT_GE(owner.usage().reserved_current, 8 * mib);
+    trimmer->trim(0);
+    EXPECT_EQ(owner.usage().reserved_current, 0U);
+  }
 }
 
 TEST(cuda_async_memory_resource, zero_release_threshold_returns_memory_at_synchronisation)

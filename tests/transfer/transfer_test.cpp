@@ -3,8 +3,8 @@
 // backend copy, so that two mirrored bugs cannot cancel out); a staged copy to the device leaves its source
 // reusable on return; copies are ordered on the stream (held back by a gate); staging memory goes back to the
 // pinned pool and is reused; the configuration is validated; many threads copy at once. Also the worker pool
-// under the staged copies (src/transfer/copy_workers.hpp). Device memory is only touched through the backend,
-// so the tests run on both backends.
+// under the staged copies (src/transfer/copy_workers.hpp), and the plain stream-ordered memcpy_async and
+// memset_async. Device memory is only touched through the backend, so the tests run on both backends.
 #include "support/gate.hpp"
 #include "support/memory_checks.hpp"
 #include "transfer/copy_workers.hpp"
@@ -636,6 +636,45 @@ TEST_F(transfer, many_threads_copy_distinct_data_on_their_own_streams)
 }
 
 // ---- the worker pool ---------------------------------------------------------------------------------
+
+// ---- memcpy_async and memset_async: one stream-ordered call each ------------------------------------------
+
+TEST_F(transfer, memcpy_async_and_memset_async_return_at_once_and_run_in_stream_order)
+{
+  std::size_t const bytes = 4 * kib + 3;
+  device_memory a{bytes};
+  device_memory b{bytes + guard_bytes};
+  pinned_memory host{bytes};
+  fill_pattern(host.get(), bytes, 11);
+  backend().memset_async(b.get(), guard_value, bytes + guard_bytes, stream_.get());
+  gate g;
+  g.hold(stream_.get());
+  background_call calls{[&] {
+    memcpy_async(a.get(), host.get(), bytes, stream_.get());  // pinned -> device
+    memcpy_async(b.get(), a.get(), bytes, stream_.get());     // device -> device, after the first
+    memset_async(a.get(), 0x3c, bytes, stream_.get());        // after the copy that reads it
+  }};
+  EXPECT_TRUE(eventually([&] { return calls.returned(); })) << "memcpy_async or memset_async waited for the stream";
+  g.release();
+  calls.join();
+  EXPECT_TRUE(has_pattern(b.get(), bytes, 11, stream_.get())) << "device -> device";
+  EXPECT_TRUE(is_filled_with(b.get() + bytes, guard_bytes, guard_value, stream_.get())) << "copied past the end";
+  EXPECT_TRUE(is_filled_with(a.get(), bytes, 0x3c, stream_.get())) << "memset_async";
+  memcpy_async(host.get(), b.get(), bytes, stream_.get());  // device -> pinned
+  backend().stream_synchronize(stream_.get());
+  EXPECT_TRUE(host_has_pattern(host.get(), bytes, 11)) << "device -> pinned";
+}
+
+TEST_F(transfer, memcpy_async_and_memset_async_check_their_pointers)
+{
+  device_memory device{256};
+  memcpy_async(nullptr, nullptr, 0, stream_.get());  // nothing to copy: null is fine
+  memset_async(nullptr, 0, 0, stream_.get());
+  EXPECT_THROW(memcpy_async(nullptr, device.get(), 16, stream_.get()), logic_error);
+  EXPECT_THROW(memcpy_async(device.get(), nullptr, 16, stream_.get()), logic_error);
+  EXPECT_THROW(memset_async(nullptr, 0, 16, stream_.get()), logic_error);
+  backend().stream_synchronize(stream_.get());
+}
 
 TEST(transfer_copy_workers, runs_every_task_exactly_once)
 {

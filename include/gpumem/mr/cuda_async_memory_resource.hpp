@@ -45,9 +45,6 @@ class GPUMEM_EXPORT cuda_async_memory_resource final : public cuda_async_view_me
   cuda_async_memory_resource(cuda_async_memory_resource const&) = delete;
   cuda_async_memory_resource& operator=(cuda_async_memory_resource const&) = delete;
 
-  /** @brief Returns cached memory to the device until at most `keep_bytes` stay reserved. */
-  void trim(std::size_t keep_bytes = 0);
-
  protected:
   [[nodiscard]] char const* name() const noexcept override { return "cuda_async_memory_resource"; }
 };

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace gpumem::mr {
@@ -37,6 +38,13 @@ class GPUMEM_EXPORT cuda_async_view_memory_resource : public device_memory_resou
   [[nodiscard]] cuda_device_id device() const noexcept { return device_; }
   /** @return reserved and used bytes with their high-water marks, as the pool reports them. */
   [[nodiscard]] mempool_usage usage() const;
+  /**
+   * @brief Returns the pool's cached memory to the device until at most `keep_bytes` stay reserved
+   * (cudaMemPoolTrimTo). Memory in use stays; memory freed on a stream is cached only once the free has
+   * completed, so synchronise that stream first to return it too.
+   * @throws gpumem::cuda_error if the backend call fails.
+   */
+  void trim(std::size_t keep_bytes = 0);
 
  protected:
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
