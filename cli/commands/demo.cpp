@@ -9,7 +9,6 @@
 #include "report_builder.hpp"
 #include "resource_selection.hpp"
 
-#include <gpumem/backend/backend.hpp>
 #include <gpumem/buffer/device_uvector.hpp>
 #include <gpumem/cuda_stream.hpp>
 #include <gpumem/device.hpp>
@@ -19,6 +18,7 @@
 #include <gpumem/replay/log_source.hpp>
 #include <gpumem/report/html_report.hpp>
 #include <gpumem/report/staged_file.hpp>
+#include <gpumem/transfer.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -117,7 +117,6 @@ std::optional<std::size_t> first_mismatch(std::vector<std::int32_t> const& got, 
 bool round_trip(std::size_t elements, std::ostream& out)
 {
   std::size_t const bytes = elements * sizeof(std::int32_t);  // --elements is bounded: no overflow
-  auto& backend = detail::get_backend();
   mr::device_memory_resource* const resource = mr::get_current_device_resource();
   cuda_device_id const device = get_current_cuda_device();
   // Two buffers larger than the whole device can never be allocated: say so before allocating anything,
@@ -129,7 +128,7 @@ bool round_trip(std::size_t elements, std::ostream& out)
   }
 
   out << "== 1. a stream-ordered round trip through the current device resource\n"
-      << "backend: " << to_string(backend.kind()) << ", device " << device.value() << " ("
+      << "backend: " << to_string(current_backend_kind()) << ", device " << device.value() << " ("
       << get_device_properties(device).name << ")\n"
       << "buffers: 2 x " << elements << " int32 = 2 x " << format_bytes(bytes) << '\n'
       << "device memory free before: " << format_bytes(available_device_memory(device).free) << '\n';
@@ -148,13 +147,13 @@ bool round_trip(std::size_t elements, std::ostream& out)
   out << "device memory free after allocating: " << format_bytes(available_device_memory(device).free) << '\n';
 
   timed("copy host -> a", bytes,
-        [&] { backend.memcpy_async(a->data(), host.data(), bytes, stream.value()); });
-  timed("memset b to 0x5a bytes", bytes, [&] { backend.memset_async(b->data(), fill_byte, bytes, stream.value()); });
+        [&] { memcpy_async(a->data(), host.data(), bytes, stream.value()); });
+  timed("memset b to 0x5a bytes", bytes, [&] { memset_async(b->data(), fill_byte, bytes, stream.value()); });
 
   std::vector<std::int32_t> a_back(elements);
   std::vector<std::int32_t> b_back(elements);
-  timed("copy a -> host", bytes, [&] { backend.memcpy_async(a_back.data(), a->data(), bytes, stream.value()); });
-  timed("copy b -> host", bytes, [&] { backend.memcpy_async(b_back.data(), b->data(), bytes, stream.value()); });
+  timed("copy a -> host", bytes, [&] { memcpy_async(a_back.data(), a->data(), bytes, stream.value()); });
+  timed("copy b -> host", bytes, [&] { memcpy_async(b_back.data(), b->data(), bytes, stream.value()); });
 
   timed("deallocate a and b", 0, [&] {
     a.reset();
