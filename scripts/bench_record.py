@@ -58,6 +58,8 @@ def read_csv(path):
 
 
 def commit():
+    if os.environ.get("GPUMEM_COMMIT"):  # where the tree was copied without its history (a remote GPU machine)
+        return os.environ["GPUMEM_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
         dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], capture_output=True).returncode != 0

@@ -215,6 +215,7 @@ if ((build_ok)) && want vmm; then
     if run_step "replay divisor $divisor" vmm.log to_file "$csv" timeout 500 env GPUMEM_BACKEND=cuda \
       "$build/cli/gpumem" "${args[@]}"; then
       python3 scripts/bench_record.py "$out/bench.json" "$csv" --name "vmm_divisor_$divisor" --kind csv \
+        --backend cuda --device "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" \
         --command "gpumem ${args[*]}" 2>&1 | tee -a "$out/vmm.log" || failed=1
     fi
     rm -f "$csv"
