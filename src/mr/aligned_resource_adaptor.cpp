@@ -36,7 +36,7 @@ void* aligned_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view 
   void* const aligned = reinterpret_cast<void*>(detail::align_up(address, alignment_));
   if (aligned != original) {
     try {
-      std::lock_guard const lock{mutex_};
+      gpumem::detail::lock_guard const lock{mutex_};
       originals_.emplace(aligned, original);
     } catch (...) {
       upstream_resource()->deallocate(original, bytes + extra, stream);
@@ -54,7 +54,7 @@ void aligned_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cuda_
   }
   void* original = ptr;
   {
-    std::lock_guard const lock{mutex_};
+    gpumem::detail::lock_guard const lock{mutex_};
     if (auto const it = originals_.find(ptr); it != originals_.end()) {
       original = it->second;
       originals_.erase(it);

@@ -31,31 +31,31 @@ statistics_resource_adaptor::statistics_resource_adaptor(device_memory_resource*
 
 statistics_resource_adaptor::counter statistics_resource_adaptor::get_bytes_counter() const noexcept
 {
-  std::lock_guard const lock{mutex_};
+  gpumem::detail::lock_guard const lock{mutex_};
   return stack_.back().bytes;
 }
 
 statistics_resource_adaptor::counter statistics_resource_adaptor::get_allocations_counter() const noexcept
 {
-  std::lock_guard const lock{mutex_};
+  gpumem::detail::lock_guard const lock{mutex_};
   return stack_.back().allocations;
 }
 
 statistics_resource_adaptor::counters statistics_resource_adaptor::get_counters() const noexcept
 {
-  std::lock_guard const lock{mutex_};
+  gpumem::detail::lock_guard const lock{mutex_};
   return stack_.back();
 }
 
 std::size_t statistics_resource_adaptor::scope_depth() const noexcept
 {
-  std::lock_guard const lock{mutex_};
+  gpumem::detail::lock_guard const lock{mutex_};
   return stack_.size() - 1;
 }
 
 statistics_resource_adaptor::counters statistics_resource_adaptor::push_counters()
 {
-  std::lock_guard const lock{mutex_};
+  gpumem::detail::lock_guard const lock{mutex_};
   counters const outer = stack_.back();
   stack_.emplace_back();
   return outer;
@@ -63,7 +63,7 @@ statistics_resource_adaptor::counters statistics_resource_adaptor::push_counters
 
 statistics_resource_adaptor::counters statistics_resource_adaptor::pop_counters()
 {
-  std::lock_guard const lock{mutex_};
+  gpumem::detail::lock_guard const lock{mutex_};
   expects(stack_.size() > 1, "pop_counters without a matching push_counters");
   counters const child = stack_.back();
   stack_.pop_back();
@@ -75,7 +75,7 @@ statistics_resource_adaptor::counters statistics_resource_adaptor::pop_counters(
 void* statistics_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view stream)
 {
   void* const ptr = upstream_resource()->allocate(bytes, stream);
-  std::lock_guard const lock{mutex_};
+  gpumem::detail::lock_guard const lock{mutex_};
   stack_.back().bytes.add(static_cast<std::int64_t>(bytes));
   stack_.back().allocations.add(1);
   return ptr;
@@ -86,7 +86,7 @@ void statistics_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cu
   {
     // Counted before the memory goes back, so that no other thread's allocation of the same memory is
     // counted while this one still is.
-    std::lock_guard const lock{mutex_};
+    gpumem::detail::lock_guard const lock{mutex_};
     stack_.back().bytes.subtract(static_cast<std::int64_t>(bytes));
     stack_.back().allocations.subtract(1);
   }

@@ -70,7 +70,7 @@ tracking_resource_adaptor::~tracking_resource_adaptor()
 
 std::size_t tracking_resource_adaptor::allocated_bytes() const noexcept
 {
-  std::lock_guard const lock{mutex_};
+  gpumem::detail::lock_guard const lock{mutex_};
   return allocated_bytes_;
 }
 
@@ -78,7 +78,7 @@ std::map<void*, tracking_resource_adaptor::allocation_info> tracking_resource_ad
 {
   std::map<void*, record> snapshot;
   {
-    std::lock_guard const lock{mutex_};
+    gpumem::detail::lock_guard const lock{mutex_};
     snapshot = outstanding_;
   }
   std::map<void*, allocation_info> out;  // symbolised outside the lock: it is slow
@@ -88,13 +88,13 @@ std::map<void*, tracking_resource_adaptor::allocation_info> tracking_resource_ad
 
 std::size_t tracking_resource_adaptor::outstanding_count() const noexcept
 {
-  std::lock_guard const lock{mutex_};
+  gpumem::detail::lock_guard const lock{mutex_};
   return outstanding_.size();
 }
 
 std::size_t tracking_resource_adaptor::invalid_deallocations() const noexcept
 {
-  std::lock_guard const lock{mutex_};
+  gpumem::detail::lock_guard const lock{mutex_};
   return invalid_deallocations_;
 }
 
@@ -120,7 +120,7 @@ void* tracking_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view
   record info{bytes, stream, capture_stacks_ ? capture_frames() : std::vector<void*>{}};
   void* const ptr = upstream_resource()->allocate(bytes, stream);
   try {
-    std::lock_guard const lock{mutex_};
+    gpumem::detail::lock_guard const lock{mutex_};
     outstanding_.insert_or_assign(ptr, std::move(info));
     allocated_bytes_ += bytes;
   } catch (...) {
@@ -136,7 +136,7 @@ void tracking_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cuda
   bool first_invalid = false;
   std::size_t known_bytes = 0;
   {
-    std::lock_guard const lock{mutex_};
+    gpumem::detail::lock_guard const lock{mutex_};
     auto const it = outstanding_.find(ptr);
     valid = it != outstanding_.end() && it->second.bytes == bytes;
     if (valid) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
@@ -70,8 +71,8 @@ class GPUMEM_EXPORT aligned_resource_adaptor final : public resource_adaptor_bas
 
   std::size_t const alignment_;
   std::size_t const alignment_threshold_;
-  std::mutex mutex_;
-  std::unordered_map<void*, void*> originals_;  // guarded by mutex_: aligned pointer -> upstream pointer,
+  gpumem::detail::mutex mutex_;
+  std::unordered_map<void*, void*> originals_ GPUMEM_GUARDED_BY(mutex_);  // aligned pointer -> upstream pointer,
                                                 // only where the two differ
 };
 

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/resource_adaptor_base.hpp>
@@ -90,8 +91,8 @@ class GPUMEM_EXPORT statistics_resource_adaptor final : public resource_adaptor_
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
 
-  mutable std::mutex mutex_;
-  std::vector<counters> stack_;  // guarded by mutex_: never empty; back() is the innermost scope
+  mutable gpumem::detail::mutex mutex_;
+  std::vector<counters> stack_ GPUMEM_GUARDED_BY(mutex_);  // never empty; back() is the innermost scope
 };
 
 }  // namespace gpumem::mr

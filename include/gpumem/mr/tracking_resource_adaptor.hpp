@@ -6,6 +6,7 @@
 #pragma once
 
 #include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/resource_adaptor_base.hpp>
@@ -85,10 +86,10 @@ class GPUMEM_EXPORT tracking_resource_adaptor final : public resource_adaptor_ba
     std::vector<void*> frames;
   };
 
-  mutable std::mutex mutex_;
-  std::map<void*, record> outstanding_;           // guarded by mutex_
-  std::size_t allocated_bytes_{0};                // guarded by mutex_: sum of outstanding_'s bytes
-  std::size_t invalid_deallocations_{0};          // guarded by mutex_
+  mutable gpumem::detail::mutex mutex_;
+  std::map<void*, record> outstanding_ GPUMEM_GUARDED_BY(mutex_);
+  std::size_t allocated_bytes_ GPUMEM_GUARDED_BY(mutex_){0};  // sum of outstanding_'s bytes
+  std::size_t invalid_deallocations_ GPUMEM_GUARDED_BY(mutex_){0};
 };
 
 }  // namespace gpumem::mr

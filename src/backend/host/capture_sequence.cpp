@@ -25,31 +25,31 @@ bool capture_sequence::over_locked() const { return ended_ || origin_.expired();
 
 bool capture_sequence::over()
 {
-  std::lock_guard lock{mutex_};
+  gpumem::detail::lock_guard lock{mutex_};
   return over_locked();
 }
 
 bool capture_sequence::invalidated()
 {
-  std::lock_guard lock{mutex_};
+  gpumem::detail::lock_guard lock{mutex_};
   return !over_locked() && !invalidated_by_.empty();
 }
 
 std::string capture_sequence::invalidated_by()
 {
-  std::lock_guard lock{mutex_};
+  gpumem::detail::lock_guard lock{mutex_};
   return invalidated_by_;
 }
 
 void capture_sequence::invalidate(std::string const& reason)
 {
-  std::lock_guard lock{mutex_};
+  gpumem::detail::lock_guard lock{mutex_};
   if (!over_locked() && invalidated_by_.empty()) { invalidated_by_ = reason; }
 }
 
 capture_sequence::result capture_sequence::capture(stream_queue const& stream, stream_queue::operation work)
 {
-  std::lock_guard lock{mutex_};
+  gpumem::detail::lock_guard lock{mutex_};
   if (over_locked()) { return result::over; }
   if (!invalidated_by_.empty()) { return result::invalidated; }
   member& m = members_.at(&stream);
@@ -59,7 +59,7 @@ capture_sequence::result capture_sequence::capture(stream_queue const& stream, s
 
 capture_sequence::result capture_sequence::position(stream_queue const& stream, node_set& out)
 {
-  std::lock_guard lock{mutex_};
+  gpumem::detail::lock_guard lock{mutex_};
   if (over_locked()) { return result::over; }
   if (!invalidated_by_.empty()) { return result::invalidated; }
   out = members_.at(&stream).next;
@@ -69,7 +69,7 @@ capture_sequence::result capture_sequence::position(stream_queue const& stream, 
 capture_sequence::result capture_sequence::join(std::shared_ptr<stream_queue> const& stream, node_set const& after)
 {
   {
-    std::lock_guard lock{mutex_};
+    gpumem::detail::lock_guard lock{mutex_};
     if (over_locked()) { return result::over; }
     if (!invalidated_by_.empty()) { return result::invalidated; }
     auto const found = members_.find(stream.get());
@@ -88,7 +88,7 @@ capture_sequence::result capture_sequence::join(std::shared_ptr<stream_queue> co
 
 bool capture_sequence::involves(int device, bool blocking_only)
 {
-  std::lock_guard lock{mutex_};
+  gpumem::detail::lock_guard lock{mutex_};
   if (over_locked()) { return false; }
   return std::any_of(members_.begin(), members_.end(), [&](auto const& entry) {
     member const& m = entry.second;
@@ -115,7 +115,7 @@ capture_sequence::outcome capture_sequence::end()
   outcome ended;
   std::vector<std::shared_ptr<stream_queue>> leaving;
   {
-    std::lock_guard lock{mutex_};
+    gpumem::detail::lock_guard lock{mutex_};
     ended.joined = all_lead_to_origin();
     ended.invalidated_by = invalidated_by_;
     ended.nodes = std::move(nodes_);

@@ -21,6 +21,7 @@
 #include "stream_queue.hpp"
 
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 
 #include <cstddef>
 #include <memory>
@@ -90,19 +91,19 @@ class capture_sequence : public std::enable_shared_from_this<capture_sequence> {
 
   capture_sequence(std::shared_ptr<stream_queue> const& origin, capture_mode mode);
 
-  bool over_locked() const;              // requires mutex_
-  bool all_lead_to_origin() const;       // requires mutex_
+  bool over_locked() const GPUMEM_REQUIRES(mutex_);
+  bool all_lead_to_origin() const GPUMEM_REQUIRES(mutex_);
 
   capture_mode const mode_;
   std::thread::id const thread_;
   std::weak_ptr<stream_queue> const origin_;
   stream_queue const* const origin_raw_;  // identity only: never dereferenced
 
-  std::mutex mutex_;
-  std::vector<node> nodes_;                                   // guarded by mutex_
-  std::unordered_map<stream_queue const*, member> members_;   // guarded by mutex_; keys: identity only
-  std::string invalidated_by_;                                // guarded by mutex_
-  bool ended_{false};                                         // guarded by mutex_
+  mutable gpumem::detail::mutex mutex_;
+  std::vector<node> nodes_ GPUMEM_GUARDED_BY(mutex_);
+  std::unordered_map<stream_queue const*, member> members_ GPUMEM_GUARDED_BY(mutex_);  // keys: identity only
+  std::string invalidated_by_ GPUMEM_GUARDED_BY(mutex_);
+  bool ended_ GPUMEM_GUARDED_BY(mutex_){false};
 };
 
 /// An event record made on a capturing stream (a "captured event"): it stands for `position` in `capture`.

@@ -5,6 +5,7 @@
 #include "backend/vmm_providers.hpp"
 
 #include <gpumem/backend/backend.hpp>
+#include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/error.hpp>
 
 #include <sys/mman.h>
@@ -70,7 +71,7 @@ class host_vmm_provider final : public mr::virtual_memory_provider {
       throw cuda_error(cudaErrorUnknown, std::string{"host VMM provider: memfd for "} + format_bytes(bytes) +
                        " failed: " + std::strerror(error));
     }
-    std::lock_guard lock{mutex_};
+    gpumem::detail::lock_guard lock{mutex_};
     handles_.emplace(static_cast<mr::physical_handle>(fd) + 1, bytes);  // +1: 0 means none
     return static_cast<mr::physical_handle>(fd) + 1;
   }
@@ -79,7 +80,7 @@ class host_vmm_provider final : public mr::virtual_memory_provider {
   {
     std::size_t bytes = 0;
     {
-      std::lock_guard lock{mutex_};
+      gpumem::detail::lock_guard lock{mutex_};
       auto const it = handles_.find(handle);
       if (it == handles_.end()) {
         std::fprintf(stderr, "gpumem host VMM provider: release of unknown handle %llu ignored\n",
@@ -123,8 +124,8 @@ class host_vmm_provider final : public mr::virtual_memory_provider {
   }
 
   int const device_;
-  std::mutex mutex_;
-  std::map<mr::physical_handle, std::size_t> handles_;  // guarded by mutex_
+  gpumem::detail::mutex mutex_;
+  std::map<mr::physical_handle, std::size_t> handles_ GPUMEM_GUARDED_BY(mutex_);
 };
 
 }  // namespace
