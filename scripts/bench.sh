@@ -11,7 +11,7 @@
 #   --build DIR   the build tree (default build/bench-release: configured here, Release, benchmarks and CLI
 #                 on); a tree that exists is reused as it is configured (gpu_check.sh passes build/gpu)
 #   --no-build    run what the tree has, as it is (no configure, no build)
-#   --quick       3 repetitions and 0.05 s per benchmark, 3 replays per log (sized for a GPU session);
+#   --quick       3 repetitions and 0.05 s per benchmark, 3 replays per log (sized for one call of a time-limited GPU machine);
 #                 the default is 5 repetitions and 5 replays, medians
 #   --only LIST   comma-separated runs, from alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python
 #                 (default: all; python needs a tree built with GPUMEM_BUILD_PYTHON=ON, else it is skipped)

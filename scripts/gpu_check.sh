@@ -25,7 +25,7 @@
 #                 GPUMEM_VMM_DIVISORS (default "64 48 0"), recorded in bench.json, and the time of every
 #                 growth in one replay (debug log)
 #   --all         every flag above
-#   --quick       with --bench: 3 repetitions instead of 5 (sized for one call of a GPU session)
+#   --quick       with --bench: 3 repetitions instead of 5 (sized for one call of a time-limited GPU machine)
 #   --only LIST   with --bench: only these runs of scripts/bench.sh (alloc,adaptors,transfer,plain,vmm,
 #                 cli_bench,replay,python), so that the benchmarks can be split over calls; performance_page.py
 #                 merges the bench.json files of several calls
@@ -35,9 +35,9 @@
 #                 can be split over several calls on one machine where one command's time is limited (e.g.
 #                 --tests --memcheck, then --frameworks --demo, then --bench --quick, then --vmm)
 #
-# Every step has a time limit, so that a hang cannot spend the session. A summary table ends the output (and
+# Every step has a time limit, so that a hang cannot spend the machine's time. A summary table ends the output (and
 # summary.txt); the exit status is non-zero when any step failed or a tool is missing. The host-backend
-# tests are CI's. Warnings are not errors here (a newer compiler must not cost a GPU session); CI enforces
+# tests are CI's. Warnings are not errors here (a newer compiler must not cost a GPU run); CI enforces
 # them.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
