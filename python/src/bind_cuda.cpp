@@ -30,6 +30,7 @@
 #include <gpumem/error.hpp>
 #include <gpumem/event.hpp>
 #include <gpumem/graph.hpp>
+#include <gpumem/backend/backend.hpp>
 
 #include <pybind11/stl.h>
 
@@ -53,6 +54,7 @@ struct callback_payload {
   py::object callback;
   py::object stream;
   py::object arg;
+  bool host_func{false};  ///< launch_host_func: callback(arg); add_callback: callback(stream, 0, arg)
 };
 
 /** @brief Objects whose last reference may only be dropped with the GIL held. Leaked on purpose at exit. */
@@ -105,9 +107,14 @@ void run_callback(callback_payload const& payload) noexcept
   if (!python_alive()) { return; }
   py::gil_scoped_acquire const gil;
   try {
-    payload.callback(payload.stream, 0, payload.arg);  // 0: cudaSuccess (launch_host_func reports no status)
+    if (payload.host_func) {
+      payload.callback(payload.arg);
+    } else {
+      payload.callback(payload.stream, 0, payload.arg);  // 0: cudaSuccess (launch_host_func reports no status)
+    }
   } catch (py::error_already_set& e) {
-    e.discard_as_unraisable("gpumem.cuda.Stream.add_callback's callback");
+    e.discard_as_unraisable(payload.host_func ? "gpumem.cuda.Stream.launch_host_func's callback"
+                                              : "gpumem.cuda.Stream.add_callback's callback");
   } catch (std::exception const& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     PyErr_WriteUnraisable(payload.callback.ptr());
@@ -137,18 +144,40 @@ void release_after_launch(void* data) noexcept
 
 using payload_list = std::vector<std::unique_ptr<callback_payload>>;
 
-/** @brief A Graph: the captured graph and the Python objects of the callbacks captured into it. */
-struct py_graph {
-  graph captured;
-  std::shared_ptr<payload_list> payloads{std::make_shared<payload_list>()};
-};
+struct py_graph;
 
-/** @brief Streams that a Stream object is capturing, by handle (so ExternalStream.add_callback finds them). */
+/** @brief Streams that a Stream or Graph object is capturing, by handle (so ExternalStream.add_callback finds them). */
 std::unordered_map<cudaStream_t, py_graph*>& capturing_graphs()
 {
   static auto* const graphs = new std::unordered_map<cudaStream_t, py_graph*>{};  // guarded by the GIL
   return *graphs;
 }
+
+/**
+ * @brief A Graph: the captured graph and the Python objects of the callbacks captured into it. Made by
+ * Stream.end_capture(), or by Graph() and its own capture_begin()/capture_end() (then `capture_stream` holds the
+ * stream object while capturing).
+ */
+struct py_graph {
+  graph captured;
+  std::shared_ptr<payload_list> payloads{std::make_shared<payload_list>()};
+  py::object capture_stream;  ///< the Stream being captured by Graph.capture_begin(); empty otherwise
+
+  py_graph() = default;
+  py_graph(py_graph const&) = delete;
+  py_graph& operator=(py_graph const&) = delete;
+  py_graph(py_graph&&) = delete;
+  py_graph& operator=(py_graph&&) = delete;
+  ~py_graph()
+  {
+    if (!capture_stream) { return; }
+    auto const found = capturing_graphs().find(captured_handle());
+    if (found != capturing_graphs().end() && found->second == this) { capturing_graphs().erase(found); }
+    captured = graph{};  // abandons the capture (graph::reset), so that the stream is usable again
+  }
+
+  [[nodiscard]] cudaStream_t captured_handle() const;
+};
 
 /**
  * @brief A Stream: owns a cuda_stream, or names one it does not own (the null and per-thread default
@@ -160,6 +189,7 @@ struct py_stream {
   cudaStream_t handle{};
   int device{-1};  // -1: the current device when asked (Stream.null and Stream.ptds, made at import)
   std::unique_ptr<py_graph> capture;  // the Graph being captured between begin_capture and end_capture
+  py::object foreign;  // Stream.from_external: the foreign stream object, kept alive while this one lives
 
   py_stream() = default;
   py_stream(py_stream const&) = delete;
@@ -180,6 +210,8 @@ struct py_stream {
 
   [[nodiscard]] cuda_stream_view view() const noexcept { return cuda_stream_view{handle}; }
 };
+
+cudaStream_t py_graph::captured_handle() const { return capture_stream.cast<py_stream const&>().handle; }
 
 /** @brief ExternalStream: a py_stream that never owns (a distinct Python type, as in CuPy). */
 struct py_external_stream : py_stream {};
@@ -278,6 +310,16 @@ std::unique_ptr<py_stream> make_stream(bool null, bool non_blocking, bool ptds, 
   return stream;
 }
 
+/** @brief An ExternalStream over `ptr`; device_id -1: unknown (used with the current device). */
+std::unique_ptr<py_external_stream> make_external_stream(py::handle ptr, int device_id)
+{
+  if (device_id >= 0) { static_cast<void>(device_argument(py::int_(device_id), "device_id")); }
+  auto stream = std::make_unique<py_external_stream>();
+  stream->handle = to_stream(ptr, "ptr").value();
+  stream->device = device_id < 0 ? -1 : device_id;
+  return stream;
+}
+
 capture_mode to_capture_mode(py::handle mode)
 {
   if (mode.is_none()) { return capture_mode::relaxed; }  // CuPy's default
@@ -313,8 +355,38 @@ struct py_device {
 
 thread_local std::vector<int> previous_devices;  // NOLINT: the devices `with Device(n):` blocks replaced
 
+/**
+ * @brief Throws what CuPy's runtime raises for a device that does not exist: cuda_error (cudaErrorInvalidDevice),
+ * gpumem.CUDARuntimeError in Python.
+ */
+void existing(py_device const& d)
+{
+  int const count = get_num_cuda_devices();
+  if (d.id < 0 || d.id >= count) {
+    throw cuda_error(cudaErrorInvalidDevice, "device " + std::to_string(d.id) + " does not exist: the " +
+                                               std::string{to_string(current_backend_kind())} + " backend has " +
+                                               std::to_string(count) + (count == 1 ? " device" : " devices") +
+                                               " (cudaErrorInvalidDevice)");
+  }
+}
+
+device_properties properties_of(py_device const& d)
+{
+  existing(d);
+  return get_device_properties(cuda_device_id{d.id});
+}
+
+/** @brief A rich comparison of two Devices by id; NotImplemented (a TypeError for <, <=, >, >=) for anything else. */
+template <class Compare>
+py::object compare(py_device const& d, py::object const& other, Compare&& op)
+{
+  if (!py::isinstance<py_device>(other)) { return py::reinterpret_borrow<py::object>(Py_NotImplemented); }
+  return py::bool_(std::forward<Compare>(op)(d.id, other.cast<py_device const&>().id));
+}
+
 void set_device(int id)
 {
+  existing(py_device{id});
   set_current_cuda_device(cuda_device_id{id});
 }
 
@@ -322,27 +394,32 @@ void bind_devices(py::module_& m)
 {
   py::class_<py_device>(m, "Device", R"doc(A CUDA device, CuPy's cupy.cuda.Device.
 
-Device(device=None): None is the calling thread's current device; an int or a Device names one. Raises
-ValueError when the device does not exist (CuPy raises only on first use). Under the host backend the
-devices are the emulated ones (GPUMEM_HOST_DEVICES, default 1).
+Device(device=None): None is the calling thread's current device; an int or a Device names one. As in CuPy,
+a device that does not exist is not an error until it is used: use(), `with`, synchronize() and the queries
+raise CUDARuntimeError (cudaErrorInvalidDevice) then. Under the host backend the devices are the emulated ones
+(GPUMEM_HOST_DEVICES, default 1). Devices compare (==, <, <=, >, >=) by id, with Devices only.
 
 ``with Device(1):`` makes device 1 current for the block, then restores the device that was current
 before (per thread; blocks nest).)doc")
     .def(py::init([](py::object const& device) {
            if (device.is_none()) { return py_device{get_current_cuda_device().value()}; }
-           int const id =
-             py::isinstance<py_device>(device) ? device.cast<py_device>().id : convert_argument<int>(device, "device");
-           check_device_id(cuda_device_id{id});
-           return py_device{id};
+           return py_device{py::isinstance<py_device>(device) ? device.cast<py_device>().id
+                                                              : convert_argument<int>(device, "device")};
          }),
          py::arg("device") = py::none())
     .def_property_readonly("id", [](py_device const& d) { return d.id; }, "The device ordinal (an int).")
     .def(
-      "use", [](py_device const& d) { set_device(d.id); },
-      "Makes this device current for the calling thread (no restoring; see `with`).")
+      "use",
+      [](py::object const& self) {
+        set_device(self.cast<py_device const&>().id);
+        return self;
+      },
+      "Makes this device current for the calling thread (no restoring; see `with`) and returns it. Raises "
+      "CUDARuntimeError (cudaErrorInvalidDevice) for a device that does not exist.")
     .def(
       "synchronize",
       [](py_device const& d) {
+        existing(d);
         py::gil_scoped_release const release;
         cuda_set_device_raii const guard{cuda_device_id{d.id}};
         synchronize_device();
@@ -351,6 +428,7 @@ before (per thread; blocks nest).)doc")
     .def_property_readonly(
       "compute_capability",
       [](py_device const& d) {
+        existing(d);
         auto const p = get_device_properties(cuda_device_id{d.id});
         return std::to_string(p.compute_capability_major) + std::to_string(p.compute_capability_minor);
       },
@@ -358,22 +436,23 @@ before (per thread; blocks nest).)doc")
     .def_property_readonly(
       "mem_info",
       [](py_device const& d) {
+        existing(d);
         auto const info = available_device_memory(cuda_device_id{d.id});
         return py::make_tuple(info.free, info.total);
       },
       "(free, total) bytes of the device, as cudaMemGetInfo reports them.")
     .def_property_readonly(
-      "name", [](py_device const& d) { return get_device_properties(cuda_device_id{d.id}).name; },
+      "name", [](py_device const& d) { return properties_of(d).name; },
       "The device's name, e.g. \"NVIDIA H100 80GB HBM3\" (\"gpumem host device 0\" under the host backend).")
     .def_property_readonly(
-      "pci_bus_id", [](py_device const& d) { return get_device_properties(cuda_device_id{d.id}).pci_bus_id; },
+      "pci_bus_id", [](py_device const& d) { return properties_of(d).pci_bus_id; },
       "The PCI bus id, e.g. \"0000:3b:00.0\"; empty under the host backend.")
     .def_property_readonly(
-      "total_memory", [](py_device const& d) { return get_device_properties(cuda_device_id{d.id}).total_memory; },
+      "total_memory", [](py_device const& d) { return properties_of(d).total_memory; },
       "Total bytes of device memory (the configured capacity under the host backend).")
     .def_property_readonly(
       "multi_processor_count",
-      [](py_device const& d) { return get_device_properties(cuda_device_id{d.id}).multiprocessor_count; },
+      [](py_device const& d) { return properties_of(d).multiprocessor_count; },
       "Streaming multiprocessors (hardware threads under the host backend).")
     .def(
       "__enter__",
@@ -394,6 +473,32 @@ before (per thread; blocks nest).)doc")
         return false;
       },
       "Restores the device that was current before __enter__.")
+    .def_property_readonly(
+      "attributes",
+      [](py_device const& d) {
+        existing(d);
+        py::dict attributes;
+        for (auto const& [name, value] : detail::get_backend().device_attributes(d.id)) {
+          attributes[py::str(name)] = value;
+        }
+        return attributes;
+      },
+      "Every cudaDeviceGetAttribute value of the device, a dict keyed by the cudaDeviceAttr name without its "
+      "\"cudaDevAttr\" prefix (\"MaxThreadsPerBlock\": 1024, ...), as CuPy's. Under the host backend the same "
+      "names with the emulated device's values (0 for what it lacks: it runs no kernels). Raises CUDARuntimeError "
+      "for a device that does not exist.")
+    .def_static(
+      "from_pci_bus_id",
+      [](py::object const& pci_bus_id) {
+        if (!py::isinstance<py::str>(pci_bus_id)) {
+          throw py::type_error("pci_bus_id must be a str, not " + std::string{py::str(py::type::of(pci_bus_id).attr("__name__"))});
+        }
+        return py_device{detail::get_backend().device_by_pci_bus_id(pci_bus_id.cast<std::string>())};
+      },
+      py::arg("pci_bus_id"),
+      "The Device at PCI bus id `pci_bus_id` (\"0000:3b:00.0\", as Device.pci_bus_id gives it). Raises "
+      "CUDARuntimeError: cudaErrorInvalidValue for a malformed id, cudaErrorInvalidDevice when no device is there "
+      "(always, under the host backend: its devices have no PCI bus).")
     .def("__int__", [](py_device const& d) { return d.id; })
     .def("__index__", [](py_device const& d) { return d.id; })
     .def("__hash__", [](py_device const& d) { return py::hash(py::int_(d.id)); })
@@ -402,6 +507,10 @@ before (per thread; blocks nest).)doc")
            if (!py::isinstance<py_device>(other)) { return py::reinterpret_borrow<py::object>(Py_NotImplemented); }
            return py::bool_(other.cast<py_device>().id == d.id);
          })
+    .def("__lt__", [](py_device const& d, py::object const& o) { return compare(d, o, [](int a, int b) { return a < b; }); })
+    .def("__le__", [](py_device const& d, py::object const& o) { return compare(d, o, [](int a, int b) { return a <= b; }); })
+    .def("__gt__", [](py_device const& d, py::object const& o) { return compare(d, o, [](int a, int b) { return a > b; }); })
+    .def("__ge__", [](py_device const& d, py::object const& o) { return compare(d, o, [](int a, int b) { return a >= b; }); })
     .def("__repr__", [](py_device const& d) { return "<CUDA Device " + std::to_string(d.id) + ">"; });
 
   m.def(
@@ -492,18 +601,73 @@ timing disabled, CUDARuntimeError when either was never recorded or has not comp
 
 // ---- streams and graphs ------------------------------------------------------------------------------
 
+/** @brief The Stream object a `stream=` argument names: None -> the current stream; a Stream or ExternalStream. */
+py::object stream_object(py::object const& stream, char const* caller)
+{
+  if (stream.is_none()) { return current_stream(); }
+  if (!py::isinstance<py_stream>(stream)) {
+    throw py::type_error(std::string{caller} + ": stream must be None or a gpumem.cuda.Stream, not " +
+                         std::string{py::str(py::type::of(stream).attr("__name__"))});
+  }
+  return stream;
+}
+
 void bind_graphs(py::module_& m)
 {
   py::class_<py_graph>(m, "Graph", R"doc(A CUDA graph made by stream capture, CuPy's cupy.cuda.graph.Graph.
 
-Made by Stream.end_capture(), not constructed directly::
+Made by Stream.end_capture(), as in CuPy, or (a gpumem addition; CuPy's Graph() raises) constructed empty
+and filled by its own capture::
 
-    stream.begin_capture()
-    ...  # work on `stream`: copies, fills, event records, add_callback
+    stream.begin_capture()                 # CuPy's way
+    ...  # work on `stream`: copies, fills, event records, add_callback, launch_host_func
     graph = stream.end_capture()
-    graph.launch()   # runs the captured work again, as often as wanted
+
+    graph = Graph()                        # or: the graph captures
+    graph.capture_begin(stream)            # None: the current stream
+    ...
+    graph.capture_end(stream)
+    graph.launch(stream)                   # runs the captured work again, as often as wanted
 
 The Graph keeps the captured callbacks' Python objects alive while it exists and while a launch runs.)doc")
+    .def(py::init([] { return std::make_unique<py_graph>(); }),
+         "An empty graph, to be filled by capture_begin()/capture_end() (launching it before raises ValueError).")
+    .def(
+      "capture_begin",
+      [](py_graph& g, py::object const& stream, py::handle mode) {
+        expects(!g.capture_stream, "Graph.capture_begin(): this graph is already capturing; call capture_end() first");
+        py::object s_object = stream_object(stream, "Graph.capture_begin");
+        auto const& s = s_object.cast<py_stream const&>();
+        g.captured.capture_begin(s.view(), to_capture_mode(mode));
+        g.payloads = std::make_shared<payload_list>();  // a launch of the previous graph may still hold the old ones
+        g.capture_stream = std::move(s_object);
+        capturing_graphs()[s.handle] = &g;
+      },
+      py::arg("stream") = py::none(), py::arg("mode") = py::none(),
+      "Starts capturing `stream`'s work (None: the current stream) into this graph, replacing what it held. "
+      "mode as Stream.begin_capture (None: \"relaxed\"). Raises CUDARuntimeError for the null stream or a stream "
+      "that is already capturing, ValueError when this graph is capturing.")
+    .def(
+      "capture_end",
+      [](py_graph& g, py::object const& stream) {
+        if (!g.capture_stream) {
+          throw cuda_error(cudaErrorIllegalState, "Graph.capture_end(): the graph is not capturing (cudaErrorIllegalState)");
+        }
+        cudaStream_t const handle = g.captured_handle();
+        if (!stream.is_none()) {
+          py::object const named = stream_object(stream, "Graph.capture_end");
+          expects(named.cast<py_stream const&>().handle == handle,
+                  "Graph.capture_end(): the graph captures another stream than `stream`");
+        }
+        capturing_graphs().erase(handle);
+        py::object const captured_stream = std::move(g.capture_stream);
+        g.capture_stream = py::object{};
+        g.captured.capture_end();
+      },
+      py::arg("stream") = py::none(),
+      "Ends the capture begun by capture_begin() and instantiates the graph. `stream`, when given, must be the "
+      "captured stream (ValueError otherwise). Raises CUDARuntimeError (cudaErrorIllegalState) when the graph is "
+      "not capturing, and as Stream.end_capture when the capture failed.")
     .def(
       "launch",
       [](py_graph const& g, py::handle stream) {
@@ -516,10 +680,51 @@ The Graph keeps the captured callbacks' Python objects alive while it exists and
         }
       },
       py::arg("stream") = py::none(),
-      "Runs the graph's work in order on `stream` (None: the current device's current stream). Does not wait.")
+      "Runs the graph's work in order on `stream` (None: the current device's current stream). Does not wait. "
+      "Raises ValueError for a graph that was never captured.")
     .def("__repr__", [](py_graph const& g) {
       return "<gpumem.cuda.Graph " + hex(g.captured.exec()) + ">";
     });
+}
+
+/** @brief add_callback and launch_host_func: `callback` runs on the host once `self`'s earlier work has completed. */
+void enqueue_callback(py::object const& self, py::object const& callback, py::object const& arg, bool host_func,
+                      char const* caller)
+{
+  if (PyCallable_Check(callback.ptr()) == 0) { throw py::type_error(std::string{caller} + ": `callback` must be callable"); }
+  drain_graveyard();
+  auto const& s = self.cast<py_stream const&>();
+  auto payload = std::make_unique<callback_payload>(callback_payload{callback, self, arg, host_func});
+  if (s.view().is_capturing()) {
+    auto const found = capturing_graphs().find(s.handle);
+    s.view().launch_host_func(&run_captured, payload.get());
+    if (found != capturing_graphs().end()) {
+      found->second->payloads->push_back(std::move(payload));
+    } else {
+      static_cast<void>(payload.release());  // captured by someone else's capture: kept for good
+    }
+    return;
+  }
+  s.view().launch_host_func(&run_once, payload.get());
+  static_cast<void>(payload.release());  // run_once buries it
+}
+
+/** @brief Whether `error` is CUDA's answer to querying a stream that takes part in a capture. */
+bool is_capture_refusal(cuda_error const& error) noexcept
+{
+  return error.code() == cudaErrorStreamCaptureUnsupported || error.code() == cudaErrorStreamCaptureInvalidated ||
+         error.code() == cudaErrorStreamCaptureImplicit;
+}
+
+/** @brief Stream.done: cudaStreamQuery == cudaSuccess, as CuPy asks it (False while the stream captures). */
+bool stream_done(py_stream const& s)
+{
+  try {
+    return s.view().is_idle();
+  } catch (cuda_error const& e) {
+    if (is_capture_refusal(e)) { return false; }
+    throw;
+  }
 }
 
 void bind_streams(py::module_& m)
@@ -547,7 +752,9 @@ Graph.launch, MemoryPointer's *_async copies). Streams compare and hash by their
     .def_property_readonly(
       "ptr", [](py_stream const& s) { return to_int(s.handle); }, "The cudaStream_t handle as an int (0: the null stream).")
     .def_property_readonly(
-      "device_id", [](py_stream const& s) { return device_of(s); }, "The device the stream belongs to.")
+      "device_id", [](py_stream const& s) { return s.device; },
+      "The device the stream was created on; -1 (as in CuPy) for Stream.null, Stream.ptds and an ExternalStream "
+      "made without device_id: they belong to whichever device is current when they are used.")
     .def_property_readonly(
       "priority", [](py_stream const& s) { return s.view().priority(); },
       "The stream's priority (lower is higher).")
@@ -562,10 +769,19 @@ Graph.launch, MemoryPointer's *_async copies). Streams compare and hash by their
       },
       "Blocks until all work on the stream has completed (the GIL is released while waiting).")
     .def_property_readonly(
-      "done", [](py_stream const& s) { return s.view().is_idle(); },
-      "True when all work submitted so far has completed (cudaStreamQuery). Raises CUDARuntimeError while capturing.")
+      "done", &stream_done,
+      "True when all work submitted so far has completed (cudaStreamQuery == cudaSuccess). False while the "
+      "stream takes part in a capture, as in CuPy (CUDA refuses the query there, and the refusal invalidates a "
+      "capture that is not in relaxed mode).")
+    .def("query", &stream_done, "As `done`.")
+    .def_property_readonly(
+      "is_non_blocking",
+      [](py_stream const& s) { return (detail::get_backend().stream_flags(s.handle) & cudaStreamNonBlocking) != 0; },
+      "True for a stream made with non_blocking=True (cudaStreamNonBlocking); False for the default flag, the null "
+      "and the per-thread default streams.")
     .def(
-      "query", [](py_stream const& s) { return s.view().is_idle(); }, "As `done`.")
+      "__cuda_stream__", [](py_stream const& s) { return py::make_tuple(0, to_int(s.handle)); },
+      "The CUDA stream protocol: (0, ptr), version 0 and the cudaStream_t as an int.")
     .def(
       "record",
       [](py_stream const& s, py::object event_object) {
@@ -581,22 +797,7 @@ Graph.launch, MemoryPointer's *_async copies). Streams compare and hash by their
     .def(
       "add_callback",
       [](py::object const& self, py::object const& callback, py::object const& arg) {
-        if (PyCallable_Check(callback.ptr()) == 0) { throw py::type_error("add_callback: `callback` must be callable"); }
-        drain_graveyard();
-        auto const& s = self.cast<py_stream const&>();
-        auto payload = std::make_unique<callback_payload>(callback_payload{callback, self, arg});
-        if (s.view().is_capturing()) {
-          auto const found = capturing_graphs().find(s.handle);
-          s.view().launch_host_func(&run_captured, payload.get());
-          if (found != capturing_graphs().end()) {
-            found->second->payloads->push_back(std::move(payload));
-          } else {
-            static_cast<void>(payload.release());  // captured by someone else's capture: kept for good
-          }
-          return;
-        }
-        s.view().launch_host_func(&run_once, payload.get());
-        static_cast<void>(payload.release());  // run_once buries it
+        enqueue_callback(self, callback, arg, false, "add_callback");
       },
       py::arg("callback"), py::arg("arg"),
       R"doc(Calls callback(stream, status, arg) on the host once all earlier work on this stream has completed.
@@ -607,6 +808,15 @@ GIL acquired; it must NOT call CUDA or gpumem (no synchronize, no allocation, no
 CUDA forbids it and it may deadlock. Exceptions it raises are reported as unraisable (sys.unraisablehook).
 The callback, `arg` and the stream are kept alive until it has run. During capture (begin_capture) the
 callback becomes part of the Graph and runs at each launch.)doc")
+    .def(
+      "launch_host_func",
+      [](py::object const& self, py::object const& callback, py::object const& arg) {
+        enqueue_callback(self, callback, arg, true, "launch_host_func");
+      },
+      py::arg("callback"), py::arg("arg"),
+      R"doc(Calls callback(arg) on the host once all earlier work on this stream has completed (cudaLaunchHostFunc),
+CuPy's Stream.launch_host_func. Same rules as add_callback: another thread, the GIL held, no CUDA or gpumem
+calls inside; during a capture it becomes part of the Graph and runs at each launch.)doc")
     .def(
       "begin_capture",
       [](py_stream& s, py::handle mode) {
@@ -622,13 +832,19 @@ callback becomes part of the Graph and runs at each launch.)doc")
     .def(
       "end_capture",
       [](py_stream& s) {
-        expects(s.capture != nullptr, "end_capture() without begin_capture() on this stream");
+        if (s.capture == nullptr) {
+          throw cuda_error(cudaErrorIllegalState,
+                           capturing_graphs().contains(s.handle)
+                             ? "end_capture(): the stream is captured by Graph.capture_begin(); end it with Graph.capture_end()"
+                             : "end_capture() without begin_capture() on this stream (cudaErrorIllegalState)");
+        }
         std::unique_ptr<py_graph> captured = std::move(s.capture);
         capturing_graphs().erase(s.handle);
         captured->captured.capture_end();
         return captured;
       },
-      "Ends the capture and returns the instantiated Graph.")
+      "Ends the capture and returns the instantiated Graph. Raises CUDARuntimeError (cudaErrorIllegalState, as "
+      "CUDA and CuPy) when the stream is not capturing.")
     .def(
       "is_capturing", [](py_stream const& s) { return s.view().is_capturing(); },
       "True while the stream is being captured.")
@@ -684,19 +900,57 @@ callback becomes part of the Graph and runs at each launch.)doc")
       return "<gpumem.cuda." + type + " " + hex(s.handle) + " (" + device + ")>";
     });
 
+  stream_class.def_static(
+    "from_external",
+    [](py::object const& obj) {
+      if (!py::hasattr(obj, "__cuda_stream__")) {
+        throw py::attribute_error("Object of type " + std::string{py::str(py::type::of(obj).attr("__name__"))} +
+                                  " does not implement the CUDA stream protocol (__cuda_stream__ method)");
+      }
+      py::object const result = obj.attr("__cuda_stream__")();
+      if (!py::isinstance<py::tuple>(result) || py::len(result) != 2) {
+        throw py::type_error("__cuda_stream__() must return a 2-tuple of (version, stream_ptr), got " +
+                             std::string{py::str(py::type::of(result).attr("__name__"))});
+      }
+      auto const pair = result.cast<py::tuple>();
+      if (!py::isinstance<py::int_>(pair[0]) || !py::isinstance<py::int_>(pair[1])) {
+        throw py::type_error("__cuda_stream__() must return (int, int)");
+      }
+      if (pair[0].cast<py::int_>().cast<long long>() != 0) {
+        throw py::value_error("__cuda_stream__() returned unsupported version " + std::string{py::str(pair[0])} +
+                              ", only version 0 is supported");
+      }
+      auto stream = std::make_unique<py_stream>();
+      stream->handle = to_stream(pair[1], "stream_ptr").value();
+      stream->device = get_current_cuda_device().value();  // the protocol does not say; CuPy takes the current one
+      stream->foreign = obj;
+      return stream;
+    },
+    py::arg("obj"),
+    R"doc(A Stream over a foreign stream object that implements the CUDA stream protocol (obj.__cuda_stream__()
+returns (0, ptr)): not owned; `obj` is kept alive while the Stream lives; its device is the current device
+(CuPy's Stream.from_external). Raises AttributeError without __cuda_stream__, TypeError when it does not return
+two ints, ValueError for a version other than 0.)doc");
+
   py::class_<py_external_stream, py_stream>(m, "ExternalStream", R"doc(A stream created elsewhere (CuPy's
-cupy.cuda.ExternalStream): ExternalStream(ptr, device_id=-1) wraps the cudaStream_t `ptr` without owning it;
-destroying the object leaves the stream alone, and whoever created it must keep it alive while this is used.
-device_id -1 means the current device.)doc")
+cupy.cuda.ExternalStream, deprecated in CuPy 14 in favour of Stream.from_external, and so here: constructing one
+warns with DeprecationWarning). ExternalStream(ptr, device_id=-1) wraps the cudaStream_t `ptr` without owning
+it; destroying the object leaves the stream alone, and whoever created it must keep it alive while this is used.
+device_id -1 means unknown: device_id reads -1 and the stream is used with the device current at the time.)doc")
     .def(py::init([](py::handle ptr, checked<int, "device_id"> device_id_argument) {
-           int const device_id = device_id_argument.value;
-           if (device_id >= 0) { static_cast<void>(device_argument(py::int_(device_id), "device_id")); }
-           auto stream = std::make_unique<py_external_stream>();
-           stream->handle = to_stream(ptr, "ptr").value();
-           stream->device = device_id < 0 ? get_current_cuda_device().value() : device_id;
-           return stream;
+           if (PyErr_WarnEx(PyExc_DeprecationWarning,
+                            "ExternalStream is deprecated. Use Stream.from_external() instead to interoperate with "
+                            "external streams that implement the CUDA stream protocol.",
+                            1) != 0) {
+             throw py::error_already_set();
+           }
+           return make_external_stream(ptr, device_id_argument.value);
          }),
          py::arg("ptr"), py::arg("device_id") = -1);
+  m.def(
+    "_external_stream", [](py::handle ptr, int device_id) { return make_external_stream(ptr, device_id); },
+    py::arg("ptr"), py::arg("device_id") = -1,
+    "ExternalStream(ptr, device_id) without the deprecation warning, for gpumem's own use.");
 
   py::object const null_stream = py::cast(make_stream(true, false, false, py::none(), true));
   null_stream_object = null_stream.inc_ref().ptr();  // kept for the life of the process

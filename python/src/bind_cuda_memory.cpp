@@ -14,7 +14,7 @@
 #include <gpumem/error.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/managed_memory_resource.hpp>
-#include <gpumem/prefetch.hpp>
+#include <gpumem/backend/backend.hpp>
 
 #include <pybind11/detail/internals.h>
 #if __has_include(<pybind11/detail/exception_translation.h>)
@@ -25,6 +25,7 @@
 
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 namespace gpumem::python {
 namespace {
@@ -156,6 +157,30 @@ class unowned_memory final : public device_memory {
   py::object owner_;
 };
 
+/** @brief The device whose memory `address` is (UnownedMemory without device_id); the current one for host memory. */
+int pointer_device(std::uintptr_t address)
+{
+  if (address == 0) { throw std::runtime_error("UnownedMemory requires explicit device ID for a null pointer."); }
+  int const device = detail::get_backend().pointer_get_attributes(reinterpret_cast<void const*>(address)).device;  // NOLINT
+  return device >= 0 ? device : current_device_id();
+}
+
+/**
+ * @brief A prefetch target as CuPy takes it: None or -2 (cudaInvalidDeviceId) -> `own`; -1 (cudaCpuDeviceId) the
+ * host; else a device ordinal, which must exist (cuda_error cudaErrorInvalidDevice otherwise).
+ */
+int managed_target(py::object const& device_id, int own, char const* name)
+{
+  if (device_id.is_none()) { return own; }
+  int const device = convert_argument<int>(device_id, name);
+  if (device == -2) { return own; }
+  if (device == cudaCpuDeviceId) { return device; }
+  if (device < 0 || device >= get_num_cuda_devices()) {
+    throw cuda_error(cudaErrorInvalidDevice, std::string{name} + ": device " + std::to_string(device) + " does not exist");
+  }
+  return device;
+}
+
 std::string describe(device_memory const& memory, py::handle self)
 {
   std::string const type = py::str(py::type::of(self).attr("__name__"));
@@ -166,6 +191,11 @@ std::string describe(device_memory const& memory, py::handle self)
 }  // namespace
 
 // ---- bind_cuda_memory.hpp's helpers ----------------------------------------------------------------------
+
+std::shared_ptr<device_memory> make_empty_memory(int device)
+{
+  return std::make_shared<resource_memory>(0, 0, device, nullptr, py::object{});
+}
 
 std::size_t limit_bytes(py::handle size, py::handle fraction, int device)
 {
@@ -299,26 +329,52 @@ ManagedMemory(size): raises ValueError for a negative size, OutOfMemoryError whe
          py::arg("size"))
     .def(
       "prefetch",
-      [](managed_memory const& m, py::handle stream) {
+      [](managed_memory const& m, py::handle stream, py::object const& device_id) {
         stream_ref const s = stream_argument(stream);
+        int const target = managed_target(device_id, m.device_id(), "device_id");
         if (m.size() == 0) { return; }
-        gpumem::prefetch(reinterpret_cast<void const*>(m.ptr()), m.size(), cuda_device_id{m.device_id()},  // NOLINT
-                         cuda_stream_view{s.handle});
+        py::gil_scoped_release const release;
+        detail::get_backend().mem_prefetch_async(reinterpret_cast<void const*>(m.ptr()), m.size(), target,  // NOLINT
+                                                 s.handle);
       },
-      py::arg("stream") = py::none(),
-      "Migrates the memory to its device, ordered on `stream` (None: the current stream); a hint, the data stay "
-      "valid wherever they are (cudaMemPrefetchAsync).");
+      py::arg("stream") = py::none(), py::kw_only(), py::arg("device_id") = py::none(),
+      "Migrates the memory to device `device_id` (None or -2, cudaInvalidDeviceId: the memory's device; -1: the "
+      "host), ordered on `stream` (None: the current stream), as CuPy's ManagedMemory.prefetch(stream, *, "
+      "device_id); a hint, the data stay valid wherever they are (cudaMemPrefetchAsync). Raises "
+      "CUDARuntimeError (cudaErrorInvalidDevice) for a device that does not exist.")
+    .def(
+      "advise",
+      [](managed_memory const& m, checked<int, "advise"> advise, py::object const& dev) {
+        if (!py::isinstance(dev, py::reinterpret_borrow<py::object>(objects().device_type))) {
+          throw py::type_error("advise: dev must be a gpumem.cuda.Device, not " +
+                               std::string{py::str(py::type::of(dev).attr("__name__"))});
+        }
+        int const device = dev.attr("id").cast<int>();
+        if (device != cudaCpuDeviceId && (device < 0 || device >= get_num_cuda_devices())) {
+          throw cuda_error(cudaErrorInvalidDevice, "advise: device " + std::to_string(device) + " does not exist");
+        }
+        detail::get_backend().mem_advise(reinterpret_cast<void const*>(m.ptr()), m.size(), advise.value, device);  // NOLINT
+      },
+      py::arg("advise"), py::arg("dev"),
+      "Advises CUDA how the memory will be used (cudaMemAdvise over the whole memory): `advise` a cudaMemoryAdvise "
+      "value (gpumem.cuda.runtime.cudaMemAdviseSetReadMostly, ... 1 to 6), `dev` the Device it applies to, as "
+      "CuPy's ManagedMemory.advise(advise, dev). A hint. Raises TypeError when dev is not a Device, "
+      "CUDARuntimeError for a bad advice (cudaErrorInvalidValue) or device.");
 
   py::class_<unowned_memory, device_memory, std::shared_ptr<unowned_memory>>(cuda, "UnownedMemory", R"doc(Device memory
 that gpumem does not own (CuPy's cupy.cuda.UnownedMemory).
 
 UnownedMemory(ptr, size, owner, device_id=None): `size` bytes at address `ptr` (an int), kept valid by
-`owner`, which the object keeps alive. device_id None means the current device (CuPy asks the driver; give
-it explicitly for memory of another device). Raises ValueError for a negative size or pointer.)doc")
+`owner`, which the object keeps alive. device_id None (or negative, CuPy's -1) means the device the pointer
+belongs to, asked of CUDA (cudaPointerGetAttributes), as CuPy does; memory CUDA does not know (plain host
+memory) gets the current device. A null pointer needs an explicit device_id (RuntimeError, as CuPy). Raises
+ValueError for a negative size or pointer.)doc")
     .def(py::init([](checked<std::uintptr_t, "ptr"> ptr, size_argument size, py::object owner, py::object const& device_id) {
            std::uintptr_t const address = ptr.value;
            std::size_t const bytes = size.value;
-           int const device = device_id.is_none() ? current_device_id() : device_argument(device_id, "device_id");
+           bool const ask = device_id.is_none() || (py::isinstance<py::int_>(device_id) &&
+                                                     PyObject_RichCompareBool(device_id.ptr(), py::int_(0).ptr(), Py_LT) == 1);
+           int const device = ask ? pointer_device(address) : device_argument(device_id, "device_id");
            return std::make_shared<unowned_memory>(address, bytes, device, std::move(owner));
          }),
          py::arg("ptr"), py::arg("size"), py::arg("owner"), py::arg("device_id") = py::none())

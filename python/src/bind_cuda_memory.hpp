@@ -203,6 +203,9 @@ struct memory_pointer {
   [[nodiscard]] std::size_t remaining() const noexcept { return mem->size() - offset; }
 };
 
+/** @brief A Memory (CuPy's cupy.cuda.Memory) of size 0 on `device`: ptr 0, nothing allocated (MemoryPool.malloc(0)). */
+[[nodiscard]] std::shared_ptr<device_memory> make_empty_memory(int device);
+
 /** @brief The MemoryPointer Python object for `pointer` (the fast way to hand one to Python). */
 [[nodiscard]] py::object to_python(memory_pointer pointer);
 

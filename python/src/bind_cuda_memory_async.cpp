@@ -67,6 +67,8 @@ class async_memory final : public device_memory {
   async_memory& operator=(async_memory&&) = delete;
 
   [[nodiscard]] std::uintptr_t stream() const noexcept { return to_int(stream_.handle); }
+  /** @brief The Stream object the memory was allocated on; empty for the null stream and for int handles. */
+  [[nodiscard]] py::object const& stream_object() const noexcept { return stream_.object; }
 
  private:
   std::shared_ptr<cuda_async_view_memory_resource> resource_;  // declared before stream_: the stream goes first
@@ -209,7 +211,18 @@ memory is not there.)doc")
            return make_async_memory(p, bytes, device, std::move(resource), std::move(s));
          }),
          py::arg("size"), py::arg("stream"))
-    .def_property_readonly("stream", &async_memory::stream, "The stream the memory is allocated and freed on (an int handle).");
+    .def_property_readonly("stream", &async_memory::stream, "The stream the memory is allocated and freed on (an int handle).")
+    .def_property_readonly(
+      "stream_ref",
+      [](async_memory const& m) -> py::object {
+        py::object target = m.stream_object();
+        if (!target && m.stream() == 0) { target = py::module_::import("gpumem.cuda").attr("Stream").attr("null"); }
+        if (!target) { return py::none(); }
+        return py::module_::import("weakref").attr("ref")(target);
+      },
+      "A weak reference to the Stream the memory is allocated and freed on (CuPy's MemoryAsync.stream_ref): "
+      "stream_ref() is that Stream (Stream.null for the null stream). gpumem also keeps the Stream alive until "
+      "the memory is freed, so the reference never dies first. None when the stream was given as an int.");
 
   py::class_<memory_async_pool>(cuda, "MemoryAsyncPool", R"doc(Stream-ordered memory pools for every device (CuPy's
 cupy.cuda.MemoryAsyncPool), over gpumem's cuda_async_memory_resource: CUDA's own pool (cudaMallocAsync),
@@ -258,12 +271,12 @@ set_allocator(MemoryAsyncPool().malloc).)doc")
         async_pool_entry& e = pool.entry();
         py::gil_scoped_release const release;
         std::lock_guard const lock{*e.mutex};
-        e.limit = bytes;
+        e.limit = bytes == SIZE_MAX ? 0 : bytes;  // 2**64 - 1: what get_limit() reports for none
       },
       py::arg("size") = py::none(), py::arg("fraction") = py::none(),
       R"doc(Caps the bytes in use from the current device's pool through this object's malloc (used_bytes() + the
 request must stay within it), as size in bytes or fraction (in [0, 1]) of the device's memory, not both
-(ValueError); neither, or 0, removes the cap. (CuPy sets the pool's release threshold instead; gpumem
+(ValueError); neither, 0 or 2**64 - 1 removes the cap. (CuPy sets the pool's release threshold instead; gpumem
 enforces the limit, and leaves the release threshold alone.))doc")
     .def(
       "get_limit",
@@ -271,9 +284,10 @@ enforces the limit, and leaves the release threshold alone.))doc")
         async_pool_entry& e = pool.entry();
         py::gil_scoped_release const release;
         std::lock_guard const lock{*e.mutex};
-        return e.limit;
+        return e.limit == 0 ? std::uint64_t{UINT64_MAX} : std::uint64_t{e.limit};
       },
-      "The current device's limit in bytes (0: none).");
+      "The current device's limit in bytes; 2**64 - 1 when there is none, as CuPy reports an unlimited pool "
+      "(its limit is the pool's release threshold, which CuPy sets to UINT64_MAX for no limit).");
 }
 
 }  // namespace gpumem::python

@@ -15,6 +15,7 @@
 // Lifetimes: every PooledMemory holds its device pool (pool_state), so deleting the MemoryPool while
 // pointers live only drops the MemoryPool's reference; the last block freed destroys the pool.
 #include "bind_cuda_memory.hpp"
+#include "memory_hooks.hpp"
 
 #include <gpumem/cuda_device_id.hpp>
 #include <gpumem/device.hpp>
@@ -58,8 +59,11 @@ class limit_adaptor final : public device_memory_resource {
       }
     } while (!held_.compare_exchange_weak(held, held + bytes));
     try {
-      return upstream_->allocate(bytes, stream);
+      void* const p = upstream_->allocate(bytes, stream);
+      memory_hooks::record_upstream(bytes, to_int(p));
+      return p;
     } catch (...) {
+      memory_hooks::record_upstream(bytes, 0);
       held_ -= bytes;
       throw;
     }
@@ -188,9 +192,10 @@ class pooled_memory final : public device_memory {
     : device_memory{to_int(ptr), size, state->device()}, state_{std::move(state)}, stream_{std::move(stream)}
   {
   }
-  /** @brief The empty memory of malloc(0) (ptr 0, size 0, no pool). */
-  explicit pooled_memory(int device) noexcept : device_memory{0, 0, device} {}
   ~pooled_memory() override { free(); }
+
+  /** @brief CuPy's pmem_id of the hooks: this block's identity, the same at malloc and at free. */
+  [[nodiscard]] std::uintptr_t id() const noexcept { return reinterpret_cast<std::uintptr_t>(this); }
   pooled_memory(pooled_memory const&) = delete;
   pooled_memory& operator=(pooled_memory const&) = delete;
   pooled_memory(pooled_memory&&) = delete;
@@ -200,7 +205,10 @@ class pooled_memory final : public device_memory {
   void free() noexcept
   {
     if (ptr() == 0) { return; }
-    void* const block = reinterpret_cast<void*>(ptr());  // NOLINT(performance-no-int-to-ptr)
+    bool const hooked = memory_hooks::active();
+    if (hooked) { call_free_hook("free_preprocess"); }
+    std::uintptr_t const address = ptr();
+    void* const block = reinterpret_cast<void*>(address);  // NOLINT(performance-no-int-to-ptr)
     forget();
     // The GIL stays held: a pool deallocation never waits (no upstream call, no synchronisation: a thread
     // cache push, or one short lock and an event record), and releasing the GIL would cost more than it does.
@@ -211,9 +219,22 @@ class pooled_memory final : public device_memory {
     } catch (...) {  // NOLINT(bugprone-empty-catch): only the device guard can throw (an invalid device: never)
     }
     stream_.object = py::object{};  // the stream may go now (after its blocks left this pool's thread cache)
+    if (hooked) { call_free_hook("free_postprocess", address); }
   }
 
  private:
+  /** @brief free_preprocess/free_postprocess of the thread's hooks; what a hook raises is reported as unraisable. */
+  void call_free_hook(char const* hook, std::uintptr_t address = 0) const noexcept
+  {
+    try {
+      memory_hooks::call(hook, py::dict(py::arg("device_id") = device_id(), py::arg("mem_size") = size(),
+                                        py::arg("mem_ptr") = address != 0 ? address : ptr(), py::arg("pmem_id") = id()));
+    } catch (py::error_already_set& e) {
+      e.discard_as_unraisable(hook);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a hook cannot stop a free
+    }
+  }
+
   std::shared_ptr<pool_state> state_;  // declared before stream_: the stream goes first
   stream_ref stream_;
 };
@@ -251,9 +272,37 @@ class memory_pool {
     return device < states_.size() ? states_[device].get() : nullptr;
   }
 
+  /** @brief malloc, and the hooks of the calling thread around it when it has some (memory_hooks.hpp). */
   py::object malloc(std::size_t bytes)
   {
-    if (bytes == 0) { return to_python(memory_pointer{std::make_shared<pooled_memory>(current_device_id()), 0}); }
+    if (bytes == 0) { return to_python(memory_pointer{make_empty_memory(current_device_id()), 0}); }  // as CuPy
+    if (!memory_hooks::active()) { return malloc_block(bytes); }
+    int const device = current_device_id();
+    memory_hooks::call("malloc_preprocess", py::dict(py::arg("device_id") = device, py::arg("size") = bytes,
+                                                     py::arg("mem_size") = block_size(bytes)));
+    memory_hooks::clear_upstream();
+    py::object pointer;
+    try {
+      pointer = malloc_block(bytes);
+    } catch (...) {
+      memory_hooks::report_upstream(device);
+      memory_hooks::call("malloc_postprocess", py::dict(py::arg("device_id") = device, py::arg("size") = bytes,
+                                                        py::arg("mem_size") = block_size(bytes), py::arg("mem_ptr") = 0,
+                                                        py::arg("pmem_id") = 0));
+      throw;
+    }
+    memory_hooks::report_upstream(device);
+    auto const& p = pointer.cast<memory_pointer const&>();
+    memory_hooks::call("malloc_postprocess",
+                       py::dict(py::arg("device_id") = device, py::arg("size") = bytes, py::arg("mem_size") = p.mem->size(),
+                                py::arg("mem_ptr") = p.ptr,
+                                py::arg("pmem_id") = static_cast<pooled_memory const&>(*p.mem).id()));
+    return pointer;
+  }
+
+ private:
+  py::object malloc_block(std::size_t bytes)
+  {
     std::shared_ptr<pool_state> const st = state();  // a copy: gc.collect() below may run Python code
     stream_ref stream = current_stream();
     void* block = nullptr;
@@ -280,7 +329,6 @@ class memory_pool {
     return to_python(memory_pointer{std::move(memory), 0});
   }
 
- private:
   static void* allocate(pool_state& st, std::size_t bytes, cudaStream_t stream)
   {
     py::gil_scoped_release const release;

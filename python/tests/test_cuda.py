@@ -51,11 +51,13 @@ def test_device_basics():
     device.synchronize()
 
 
-def test_device_that_does_not_exist_is_a_value_error():
-    with pytest.raises(ValueError, match="does not exist"):
-        cuda.Device(cuda.get_device_count())
-    with pytest.raises(ValueError):
-        cuda.Device(-1)
+def test_device_that_does_not_exist_raises_at_use_as_in_cupy():
+    missing = cuda.Device(cuda.get_device_count())  # constructing is no error (CuPy's rule)
+    for use in (missing.use, missing.synchronize, lambda: missing.__enter__(), lambda: missing.mem_info,
+                lambda: missing.attributes, lambda: cuda.Device(-1).use()):
+        with pytest.raises(gpumem.CUDARuntimeError, match="does not exist") as raised:
+            use()
+        assert raised.value.status == 101  # cudaErrorInvalidDevice
 
 
 def test_device_context_manager_restores_the_previous_device():
@@ -422,13 +424,14 @@ def test_capture_errors():
     with pytest.raises(gpumem.CUDARuntimeError):
         cuda.Stream.null.begin_capture()
     stream = cuda.Stream()
-    with pytest.raises(ValueError, match="without begin_capture"):
+    with pytest.raises(gpumem.CUDARuntimeError, match="without begin_capture") as raised:
         stream.end_capture()
+    assert raised.value.status == 401  # cudaErrorIllegalState, as CUDA and CuPy
     stream.begin_capture()
     with pytest.raises(ValueError, match="already capturing"):
         stream.begin_capture()
     stream.end_capture()
     with pytest.raises(ValueError):
         cuda.Stream().begin_capture(mode="sideways")
-    with pytest.raises(TypeError):
-        cuda.Graph()
+    with pytest.raises(ValueError, match="not been captured"):
+        cuda.Graph().launch(stream)

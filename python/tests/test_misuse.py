@@ -235,6 +235,45 @@ def _capture_and_end(stream):
     return call
 
 
+# No device at that id (and no cuBLAS under the host backend): CUDARuntimeError, as documented.
+case("gpumem.cuda.Device.from_pci_bus_id", allowed=(gpumem.CUDARuntimeError,))(
+    lambda: (cuda.Device.from_pci_bus_id, dict(pci_bus_id="0000:00:00.0")))
+case("gpumem.cuda.Stream.launch_host_func")(
+    lambda: (_synchronized(cuda.Stream(), "launch_host_func"), dict(callback=lambda arg: None, arg=None)))
+case("gpumem.cuda.Stream.from_external", allowed=(AttributeError,))(  # CuPy's error without __cuda_stream__
+    lambda: (cuda.Stream.from_external, dict(obj=cuda.Stream())))
+case("gpumem.cuda.Graph.capture_begin")(lambda: (_graph_capture, dict(stream=cuda.Stream(non_blocking=True), mode=None)))
+case("gpumem.cuda.Graph.capture_end")(lambda: (_graph_capture_end(cuda.Stream(non_blocking=True)), dict(stream=None)))
+case("gpumem.cuda.ManagedMemory.advise")(lambda: (cuda.ManagedMemory(256).advise, dict(advise=1, dev=cuda.Device(0))))
+case("gpumem.cuda.get_array_module")(lambda: (cuda.get_array_module, {}))
+case("gpumem.cuda.get_cublas_handle", allowed=(gpumem.CUDARuntimeError,))(lambda: (cuda.get_cublas_handle, {}))
+case("gpumem.cuda.MemoryHook")(lambda: (cuda.MemoryHook, {}))
+case("gpumem.cuda.MemoryHook.__enter__")(lambda: (_enter_and_exit(cuda.MemoryHook()), {}))
+case("gpumem.cuda.MemoryHook.__exit__")(lambda: (_enter_and_exit(cuda.MemoryHook()), {}))
+for _name in ("alloc_preprocess", "alloc_postprocess", "malloc_preprocess", "malloc_postprocess", "free_preprocess",
+              "free_postprocess"):
+    case(f"gpumem.cuda.MemoryHook.{_name}")(lambda n=_name: (getattr(cuda.MemoryHook(), n), dict(device_id=0, mem_size=256)))
+
+
+def _graph_capture(**arguments):
+    graph = cuda.Graph()
+    graph.capture_begin(**arguments)
+    graph.capture_end()
+
+
+def _graph_capture_end(stream):
+    def call(**arguments):
+        graph = cuda.Graph()
+        graph.capture_begin(stream)
+        try:
+            graph.capture_end(**arguments)
+        finally:
+            if stream.is_capturing():
+                graph.capture_end()
+
+    return call
+
+
 case("gpumem.cuda.get_backend")(lambda: (cuda.get_backend, {}))
 case("gpumem.cuda.get_current_stream")(lambda: (cuda.get_current_stream, dict(device_id=None)))
 case("gpumem.cuda.get_device_count")(lambda: (cuda.get_device_count, {}))
@@ -335,8 +374,8 @@ for _method in ("malloc", "__call__"):
                            dict(size=0)))
     case(f"gpumem.cuda.CFunctionAllocator.{_method}")(
         lambda m=_method: (getattr(cuda.CFunctionAllocator(0, *_c_functions(), None), m), dict(size=0)))
-case("gpumem.cuda.UnownedMemory", raw={"ptr"})(
-    lambda: (cuda.UnownedMemory, dict(ptr=0, size=0, owner=None, device_id=None)))
+case("gpumem.cuda.UnownedMemory", raw={"ptr"}, allowed=(RuntimeError,))(  # CuPy's error for ptr 0 without device_id
+    lambda: (cuda.UnownedMemory, dict(ptr=0, size=0, owner=None, device_id=0)))
 case("gpumem.cuda.alloc")(lambda: (cuda.alloc, dict(size=256)))
 case("gpumem.cuda.alloc_pinned_memory")(lambda: (cuda.alloc_pinned_memory, dict(size=256)))
 case("gpumem.cuda.asnumpy")(lambda: (cuda.asnumpy, dict(a=gpumem.DeviceBuffer(16), stream=None, out=None, blocking=True)))

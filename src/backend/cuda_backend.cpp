@@ -1,6 +1,9 @@
 // The cuda backend (backend.hpp): thin calls into the CUDA runtime, the only place in gpumem that makes them
 // (apart from the probe in backend.cpp). Out-of-memory is reported as nullptr so that resources can
 // add their own state to the out_of_memory message; every other failure throws cuda_error.
+#include "cublas_library.hpp"
+#include "device_attributes.hpp"
+
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/error.hpp>
 
@@ -10,6 +13,8 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 #include <cstdio>
 
 namespace gpumem::detail {
@@ -136,6 +141,27 @@ class cuda_backend final : public backend {
     return version;
   }
   void device_synchronize() override { GPUMEM_CUDA_TRY(cudaDeviceSynchronize()); }
+  [[nodiscard]] std::vector<std::pair<std::string, int>> device_attributes(int device) override
+  {
+    std::vector<std::pair<std::string, int>> values;
+    for (device_attribute const& a : device_attribute_table()) {
+      int value = 0;
+      cudaError_t const status = cudaDeviceGetAttribute(&value, a.attribute, device);
+      if (status == cudaErrorInvalidValue) {  // an attribute this driver does not know: left out, as CuPy does
+        static_cast<void>(cudaGetLastError());
+        continue;
+      }
+      if (status != cudaSuccess) { throw_cuda_error(status, "cudaDeviceGetAttribute", __FILE__, __LINE__); }
+      values.emplace_back(std::string{a.name}, value);
+    }
+    return values;
+  }
+  [[nodiscard]] int device_by_pci_bus_id(std::string const& pci_bus_id) override
+  {
+    int device = -1;
+    GPUMEM_CUDA_TRY(cudaDeviceGetByPCIBusId(&device, pci_bus_id.c_str()));
+    return device;
+  }
 
   [[nodiscard]] void* malloc_device(std::size_t bytes) override
   {
@@ -167,6 +193,12 @@ class cuda_backend final : public backend {
       return false;
     }
     return attributes.type == cudaMemoryTypeHost;
+  }
+  [[nodiscard]] pointer_attributes pointer_get_attributes(void const* ptr) override
+  {
+    cudaPointerAttributes attributes{};
+    GPUMEM_CUDA_TRY(cudaPointerGetAttributes(&attributes, ptr));
+    return {static_cast<int>(attributes.type), attributes.device, attributes.devicePointer, attributes.hostPointer};
   }
 
   [[nodiscard]] cudaMemPool_t mempool_create(int device, mempool_handle_type handle_type, std::size_t max_size) override
@@ -341,10 +373,11 @@ class cuda_backend final : public backend {
   void mem_prefetch_async(void const* ptr, std::size_t bytes, int device, cudaStream_t stream) override
   {
     if (bytes == 0) { return; }
-    cudaMemLocation location{};
-    location.type = cudaMemLocationTypeDevice;
-    location.id = device;
-    GPUMEM_CUDA_TRY(cudaMemPrefetchAsync(ptr, bytes, location, 0 /*flags*/, stream));
+    GPUMEM_CUDA_TRY(cudaMemPrefetchAsync(ptr, bytes, to_location(device), 0 /*flags*/, stream));
+  }
+  void mem_advise(void const* ptr, std::size_t bytes, int advice, int device) override
+  {
+    GPUMEM_CUDA_TRY(cudaMemAdvise(ptr, bytes, static_cast<cudaMemoryAdvise>(advice), to_location(device)));
   }
 
   void stream_begin_capture(cudaStream_t stream, capture_mode mode) override
@@ -379,7 +412,36 @@ class cuda_backend final : public backend {
     if (cudaGraphExecDestroy(exec) != cudaSuccess) { (void)cudaGetLastError(); }
   }
 
+  [[nodiscard]] void* cublas_create(int device) override
+  {
+    cublas_library const& cublas = load_cublas();
+    device_scope const scope{device};
+    void* handle = nullptr;
+    if (int const status = cublas.create(&handle); status != 0) {
+      throw cuda_error(cudaErrorUnknown, "cublasCreate failed on device " + std::to_string(device) +
+                                           " with cublasStatus_t " + std::to_string(status));
+    }
+    return handle;
+  }
+  void cublas_destroy(void* handle, int device) noexcept override
+  {
+    try {
+      device_scope const scope{device};
+      static_cast<void>(load_cublas().destroy(handle));
+    } catch (...) {  // NOLINT(bugprone-empty-catch): a handle that cannot be destroyed is left to the process's end
+    }
+  }
+
  private:
+  /// A device ordinal, or -1 (cudaCpuDeviceId) for the host, as a cudaMemLocation.
+  static cudaMemLocation to_location(int device) noexcept
+  {
+    cudaMemLocation location{};
+    location.type = device == cudaCpuDeviceId ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+    location.id = device == cudaCpuDeviceId ? 0 : device;
+    return location;
+  }
+
   std::atomic<int> device_count_{-1};  // -1: not asked yet
 };
 

@@ -36,6 +36,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace gpumem {
 
@@ -72,6 +73,14 @@ struct mempool_usage {
   std::size_t used_high{};         ///< high-water mark of used_current
 };
 
+/** @brief What cudaPointerGetAttributes says of an address (cudaPointerAttributes). */
+struct pointer_attributes {
+  int type{};                     ///< cudaMemoryType: 0 unregistered host memory, 1 host (pinned), 2 device, 3 managed
+  int device{-2};                 ///< the device of the allocation; -2 (cudaInvalidDeviceId) for unregistered memory
+  void* device_pointer{};         ///< the address usable on the device; nullptr for unregistered memory
+  void* host_pointer{};           ///< the address usable on the host; nullptr for device memory
+};
+
 /** @brief How a stream-ordered pool's memory can be shared with other processes (cudaMemAllocationHandleType). */
 enum class mempool_handle_type { none, posix_file_descriptor, fabric };
 
@@ -102,6 +111,15 @@ class GPUMEM_EXPORT backend {
   [[nodiscard]] virtual int runtime_version() = 0;       ///< CUDART_VERSION encoding, e.g. 13000
   [[nodiscard]] virtual int driver_version() = 0;        ///< 0 under the host backend
   virtual void device_synchronize() = 0;                 ///< waits for all work on the current device
+  /// cudaDeviceGetAttribute of `device` for every cudaDeviceAttr the runtime answers, named as the enumerator
+  /// without its "cudaDevAttr" prefix ("MaxThreadsPerBlock"), in the enumeration's order. Under the host backend
+  /// the same names, with the emulated device's values (0 where the emulation has no such feature).
+  /// @throws cuda_error (cudaErrorInvalidDevice)
+  [[nodiscard]] virtual std::vector<std::pair<std::string, int>> device_attributes(int device) = 0;
+  /// The ordinal of the device at PCI bus id `pci_bus_id` ("0000:3b:00.0"; cudaDeviceGetByPCIBusId).
+  /// @throws cuda_error: cudaErrorInvalidValue for a malformed id, cudaErrorInvalidDevice when no device is there
+  /// (the host backend's devices have no bus id: every well-formed id gives cudaErrorInvalidDevice).
+  [[nodiscard]] virtual int device_by_pci_bus_id(std::string const& pci_bus_id) = 0;
 
   // ---- memory (on the calling thread's current device) ----------------------------------------------
   /// @return nullptr when the memory is not available (cudaErrorMemoryAllocation); other failures throw.
@@ -118,6 +136,10 @@ class GPUMEM_EXPORT backend {
   /// CUDA by anyone), so that copies from or to it can run asynchronously; false for pageable host memory,
   /// device or managed memory, and nullptr. Never throws.
   [[nodiscard]] virtual bool is_pinned_host(void const* ptr) noexcept = 0;
+  /// What `ptr` is (cudaPointerGetAttributes): type, device and addresses of the allocation it points into;
+  /// type 0 and device -2 for memory that CUDA does not know (plain host memory).
+  /// @throws cuda_error (cudaErrorInvalidValue for nullptr)
+  [[nodiscard]] virtual pointer_attributes pointer_get_attributes(void const* ptr) = 0;
 
   // ---- stream-ordered memory pools (cudaMallocAsync) ------------------------------------------------
   // Reuse rules are CUDA's defaults: memory freed on a stream is reused at once by later allocations on
@@ -173,7 +195,13 @@ class GPUMEM_EXPORT backend {
   /// Migrates managed memory [ptr, ptr + bytes) to `device`, ordered on `stream` (a hint: the data stay valid
   /// wherever they are). The host backend only checks the arguments and enqueues nothing of substance.
   /// @throws cuda_error as cudaMemPrefetchAsync would (e.g. for an invalid stream or device).
+  /// `device` -1 (cudaCpuDeviceId) migrates to the host.
   virtual void mem_prefetch_async(void const* ptr, std::size_t bytes, int device, cudaStream_t stream) = 0;
+  /// cudaMemAdvise on managed memory [ptr, ptr + bytes): `advice` is a cudaMemoryAdvise value (1 to 6), `device`
+  /// a device ordinal or -1 (cudaCpuDeviceId). A hint; the host backend checks the arguments as CUDA does.
+  /// @throws cuda_error (cudaErrorInvalidValue for memory that is not managed or a bad advice,
+  /// cudaErrorInvalidDevice for a bad device)
+  virtual void mem_advise(void const* ptr, std::size_t bytes, int advice, int device) = 0;
 
   // ---- graphs ---------------------------------------------------------------------------------------
   // Stream capture as CUDA does it (graph.hpp says what that means for a caller). The host backend applies
@@ -196,6 +224,15 @@ class GPUMEM_EXPORT backend {
   virtual void graph_launch(cudaGraphExec_t exec, cudaStream_t stream) = 0;
   virtual void graph_destroy(cudaGraph_t graph) noexcept = 0;
   virtual void graph_exec_destroy(cudaGraphExec_t exec) noexcept = 0;
+
+  // ---- libraries of the CUDA toolkit (loaded at run time: gpumem does not link them) -----------------
+  /// A new cuBLAS handle (cublasHandle_t) made with `device` current (cublasCreate). libcublas is loaded on
+  /// first use (libcublas.so.<major> of the runtime, else libcublas.so). @throws cuda_error:
+  /// cudaErrorNotSupported under the host backend or when libcublas cannot be loaded (the message says which),
+  /// cudaErrorUnknown when cublasCreate fails (the message names its status).
+  [[nodiscard]] virtual void* cublas_create(int device) = 0;
+  /// Destroys a handle from cublas_create (cublasDestroy) with `device` current; failures are ignored.
+  virtual void cublas_destroy(void* handle, int device) noexcept = 0;
 };
 
 /**

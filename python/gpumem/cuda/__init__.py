@@ -26,7 +26,10 @@ using_allocator, PinnedMemory, PinnedMemoryPool, alloc_pinned_memory, asnumpy, .
     p.memset_async(0, 1 << 20)             # on the current stream
     host = cuda.asnumpy(some_cuda_array)   # anything with __cuda_array_interface__
 
-Callbacks (Stream.add_callback) run on another thread with the GIL held and must not call CUDA or gpumem.
+Also CuPy's get_cublas_handle(), get_array_module(*args), the memory hooks (MemoryHook, memory_hooks.DebugPrintHook,
+memory_hooks.LineProfileHook) and gpumem.cuda.runtime (memGetInfo, getDeviceCount, setDevice, pointerGetAttributes, ...).
+
+Callbacks (Stream.add_callback, Stream.launch_host_func) run on another thread with the GIL held and must not call CUDA or gpumem.
 
 Under the host backend (GPUMEM_BACKEND=host, or no GPU) these describe the emulated devices: streams are
 worker-thread queues and events carry timestamps; is_available() is True there too, so use
@@ -49,6 +52,10 @@ get_local_runtime_version = _cuda.get_local_runtime_version
 get_driver_version = _cuda.get_driver_version
 get_backend = _cuda.get_backend
 
+from . import memory_hook, memory_hooks, runtime  # noqa: E402,F401  (CuPy's cupy.cuda submodules)
+from ._array_module import get_array_module  # noqa: E402
+from ._cublas import get_cublas_handle  # noqa: E402
+from .memory_hook import MemoryHook  # noqa: E402
 from . import memory  # noqa: E402  (gpumem.cuda.memory: the memory API below, and its pure-Python parts)
 from .memory import (  # noqa: E402,F401  (re-exported)
     BaseMemory,
@@ -81,6 +88,7 @@ from .memory import (  # noqa: E402,F401  (re-exported)
 
 __all__ = [
     "Device",
+    "MemoryHook",
     "Event",
     "ExternalStream",
     "Graph",
@@ -90,9 +98,14 @@ __all__ = [
     "get_device_count",
     "get_device_id",
     "get_driver_version",
+    "get_array_module",
+    "get_cublas_handle",
     "get_elapsed_time",
     "get_local_runtime_version",
     "is_available",
     "memory",
+    "memory_hook",
+    "memory_hooks",
+    "runtime",
 ]
 __all__ += memory.__all__

@@ -176,7 +176,7 @@ def _as_stream(stream):
     if isinstance(handle, int):
         if handle < 0:
             raise ValueError(f"asnumpy: stream must be >= 0, got {handle}")
-        return _cuda.ExternalStream(handle)
+        return _cuda._external_stream(handle)
     raise TypeError(f"asnumpy: stream must be None, a Stream, an int or an object with .ptr, not {type(stream).__name__}")
 
 
@@ -191,7 +191,7 @@ def _wait_for_producer(interface, stream):
     if producer == stream.ptr:
         return  # the same stream: already in order
     event = _cuda.Event(disable_timing=True)
-    event.record(_cuda.ExternalStream(producer))
+    event.record(_cuda._external_stream(producer))
     stream.wait_event(event)
 
 

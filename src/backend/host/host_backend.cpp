@@ -17,6 +17,7 @@
 //   the launch stream in dependency order (host_graph.hpp).
 // - Handles (handle_table.hpp): stream and event handles are never reused, and a call on a destroyed one
 //   stops the process, where CUDA's behaviour is undefined.
+#include "../device_attributes.hpp"
 #include "capture_rules.hpp"
 #include "handle_table.hpp"
 #include "host_config.hpp"
@@ -44,6 +45,7 @@
 #include <optional>
 #include <source_location>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -141,6 +143,49 @@ class host_backend final : public backend {
     captures_.check_device_synchronize(current_device_);
     for (auto const& queue : queues_of_device(current_device_)) { queue->synchronize(); }
   }
+  [[nodiscard]] std::vector<std::pair<std::string, int>> device_attributes(int device) override
+  {
+    device_properties const p = properties(device);
+    auto const [least, greatest] = stream_priority_range();
+    std::vector<std::pair<std::string, int>> values;
+    for (device_attribute const& a : device_attribute_table()) {
+      int value = 0;  // a feature the emulated device does not have (it runs no kernels, has no bus, no textures)
+      switch (a.attribute) {
+        case cudaDevAttrMultiProcessorCount: value = p.multiprocessor_count; break;
+        case cudaDevAttrManagedMemory:
+        case cudaDevAttrConcurrentManagedAccess:
+        case cudaDevAttrMemoryPoolsSupported:
+        case cudaDevAttrUnifiedAddressing:
+        case cudaDevAttrCanMapHostMemory: value = 1; break;
+        case cudaDevAttrStreamPrioritiesSupported: value = least != greatest ? 1 : 0; break;
+        default: break;
+      }
+      values.emplace_back(std::string{a.name}, value);
+    }
+    return values;
+  }
+  [[nodiscard]] int device_by_pci_bus_id(std::string const& pci_bus_id) override
+  {
+    // CUDA's forms: "domain:bus:device.function" or "bus:device.function", hexadecimal fields.
+    auto const hex_field = [](std::string_view field, std::size_t max_digits) {
+      return !field.empty() && field.size() <= max_digits &&
+             field.find_first_not_of("0123456789abcdefABCDEF") == std::string_view::npos;
+    };
+    std::string_view id{pci_bus_id};
+    bool well_formed = false;
+    if (auto const dot = id.rfind('.'); dot != std::string_view::npos && hex_field(id.substr(dot + 1), 1)) {
+      std::string_view const head = id.substr(0, dot);
+      auto const last = head.rfind(':');
+      if (last != std::string_view::npos && hex_field(head.substr(last + 1), 2)) {
+        std::string_view const front = head.substr(0, last);
+        auto const first = front.rfind(':');
+        well_formed = first == std::string_view::npos ? hex_field(front, 2)
+                                                       : hex_field(front.substr(first + 1), 2) && hex_field(front.substr(0, first), 8);
+      }
+    }
+    if (!well_formed) { fail(cudaErrorInvalidValue, "device_by_pci_bus_id: \"" + pci_bus_id + "\" is not a PCI bus id"); }
+    fail(cudaErrorInvalidDevice, "device_by_pci_bus_id: no device at \"" + pci_bus_id + "\" (host devices have no PCI bus)");
+  }
 
   /// Counts `bytes` of physical memory made outside allocate() (the VMM emulation) against `device`'s
   /// capacity. @return false (nothing counted) when the device has not that much left.
@@ -185,6 +230,19 @@ class host_backend final : public backend {
     --it;
     auto const offset = static_cast<std::size_t>(static_cast<char const*>(ptr) - static_cast<char const*>(it->first));
     return it->second.kind == memory_kind::pinned && offset < it->second.bytes;
+  }
+  [[nodiscard]] pointer_attributes pointer_get_attributes(void const* ptr) override
+  {
+    if (ptr == nullptr) { fail(cudaErrorInvalidValue, "pointer_get_attributes: null pointer"); }
+    std::optional<allocation> const found = find_allocation(ptr, 1);
+    if (!found) { return {}; }  // memory the backend did not allocate: unregistered host memory
+    void* const address = const_cast<void*>(ptr);  // NOLINT(cppcoreguidelines-pro-type-const-cast): CUDA's struct
+    switch (found->kind) {
+      case memory_kind::device: return {2, found->device, address, nullptr};
+      case memory_kind::managed: return {3, found->device, address, address};
+      case memory_kind::pinned: return {1, found->device, address, address};
+    }
+    return {};
   }
 
   // ---- stream-ordered memory pools ------------------------------------------------------------------
@@ -434,10 +492,24 @@ class host_backend final : public backend {
   {
     if (bytes == 0) { return; }
     if (ptr == nullptr) { fail(cudaErrorInvalidValue, "mem_prefetch_async: null pointer"); }
-    check_device(device);
+    if (device != cudaCpuDeviceId) { check_device(device); }
     // Host memory is where it is: the prefetch is an empty operation, enqueued so that the stream is
     // validated and the call is ordered like cudaMemPrefetchAsync.
     submit(stream, [] {}, "mem_prefetch_async");
+  }
+
+  void mem_advise(void const* ptr, std::size_t bytes, int advice, int device) override
+  {
+    if (advice < cudaMemAdviseSetReadMostly || advice > cudaMemAdviseUnsetAccessedBy) {
+      fail(cudaErrorInvalidValue, "mem_advise: advice " + std::to_string(advice) + " is not a cudaMemoryAdvise");
+    }
+    if (ptr == nullptr || bytes == 0) { fail(cudaErrorInvalidValue, "mem_advise: null pointer or zero bytes"); }
+    std::optional<allocation> const found = find_allocation(ptr, bytes);
+    if (!found || found->kind != memory_kind::managed) {
+      fail(cudaErrorInvalidValue, "mem_advise: the range is not inside one managed allocation");
+    }
+    if (device != cudaCpuDeviceId) { check_device(device); }
+    // Managed memory of the host backend is host memory: the advice changes nothing there.
   }
 
   // ---- graphs ---------------------------------------------------------------------------------------
@@ -472,7 +544,26 @@ class host_backend final : public backend {
     delete reinterpret_cast<host::host_graph_exec*>(exec);
   }
 
+  [[nodiscard]] void* cublas_create(int device) override
+  {
+    check_device(device);
+    fail(cudaErrorNotSupported, "cuBLAS needs the cuda backend (a GPU); the host backend runs no kernels");
+  }
+  void cublas_destroy(void* /*handle*/, int /*device*/) noexcept override {}
+
  private:
+  /// The allocation that holds [ptr, ptr + bytes) whole, if any.
+  std::optional<allocation> find_allocation(void const* ptr, std::size_t bytes)
+  {
+    detail::lock_guard lock{memory_mutex_};
+    auto it = allocations_.upper_bound(const_cast<void*>(ptr));  // NOLINT: map key only
+    if (it == allocations_.begin()) { return std::nullopt; }
+    --it;
+    auto const offset = static_cast<std::size_t>(static_cast<char const*>(ptr) - static_cast<char const*>(it->first));
+    if (offset >= it->second.bytes || bytes > it->second.bytes - offset) { return std::nullopt; }
+    return it->second;
+  }
+
   void check_device(int device) const
   {
     if (device < 0 || device >= config_.device_count) {
