@@ -37,6 +37,7 @@ cudaMemAdviseUnsetAccessedBy = 6
 errorInvalidValue = 1
 errorMemoryAllocation = 2
 errorInvalidDevice = 101
+errorIllegalState = 401
 errorNotSupported = 801
 
 
