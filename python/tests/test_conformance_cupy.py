@@ -482,7 +482,8 @@ def test_memory_and_pinned_memory_subclass_with_a_python_init():
     assert pointer.ptr == memory.ptr + 256 and pointer.mem is memory
     pointer.memset(1, 256)
     pinned = TaggedPinned(64, "b")
-X
+    assert pinned.tag == "b" and pinned.size == 64 and pinned.ptr != 0
+    assert cuda.PinnedMemoryPointer(pinned, 16).size() == 48  # CuPy's PinnedMemoryPointer.size() is a method
     assert cuda.PinnedMemoryPointer(pinned, 0).ptr == pinned.ptr
 
 
