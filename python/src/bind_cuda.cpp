@@ -833,10 +833,17 @@ calls inside; during a capture it becomes part of the Graph and runs at each lau
       "end_capture",
       [](py_stream& s) {
         if (s.capture == nullptr) {
-          throw cuda_error(cudaErrorIllegalState,
-                           capturing_graphs().contains(s.handle)
-                             ? "end_capture(): the stream is captured by Graph.capture_begin(); end it with Graph.capture_end()"
-                             : "end_capture() without begin_capture() on this stream (cudaErrorIllegalState)");
+          if (capturing_graphs().contains(s.handle)) {
+            throw cuda_error(cudaErrorIllegalState, "end_capture(): the stream is captured by Graph.capture_begin(); "
+                                                    "end it with Graph.capture_end() (cudaErrorIllegalState)");
+          }
+          try {  // CUDA's own error for a stream that is not capturing (cudaErrorIllegalState), as CuPy reports it
+            detail::get_backend().graph_destroy(detail::get_backend().stream_end_capture(s.handle));
+          } catch (cuda_error const& e) {
+            throw cuda_error(e.code(), std::string{"end_capture() without begin_capture() on this stream: "} + e.what());
+          }
+          throw logic_error("end_capture(): the stream's capture was begun elsewhere, not by this Stream object; it "
+                            "is ended and its graph discarded");
         }
         std::unique_ptr<py_graph> captured = std::move(s.capture);
         capturing_graphs().erase(s.handle);
