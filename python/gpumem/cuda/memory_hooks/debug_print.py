@@ -30,14 +30,17 @@ class DebugPrintHook(MemoryHook):
             self.file.flush()
 
     def alloc_postprocess(self, **kwargs):
+        """Writes {"hook":"alloc","device_id":...,"mem_size":...,"mem_ptr":...}."""
         self._print([("hook", "alloc"), ("device_id", kwargs["device_id"]), ("mem_size", kwargs["mem_size"]),
                      ("mem_ptr", kwargs["mem_ptr"])])
 
     def malloc_postprocess(self, **kwargs):
+        """Writes {"hook":"malloc","device_id":...,"size":...,"mem_size":...,"mem_ptr":...,"pmem_id":"0x..."}."""
         self._print([("hook", "malloc"), ("device_id", kwargs["device_id"]), ("size", kwargs["size"]),
                      ("mem_size", kwargs["mem_size"]), ("mem_ptr", kwargs["mem_ptr"]),
                      ("pmem_id", hex(kwargs["pmem_id"]))])
 
     def free_postprocess(self, **kwargs):
+        """Writes {"hook":"free","device_id":...,"mem_size":...,"mem_ptr":...,"pmem_id":"0x..."}."""
         self._print([("hook", "free"), ("device_id", kwargs["device_id"]), ("mem_size", kwargs["mem_size"]),
                      ("mem_ptr", kwargs["mem_ptr"]), ("pmem_id", hex(kwargs["pmem_id"]))])

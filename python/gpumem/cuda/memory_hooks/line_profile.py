@@ -30,9 +30,11 @@ class LineProfileHook(MemoryHook):
         self._own_files = {os.path.abspath(__file__), os.path.abspath(sys.modules[MemoryHook.__module__].__file__)}
 
     def malloc_preprocess(self, device_id, size, mem_size):
+        """Adds the block's mem_size to the used bytes of the calling stack."""
         self._add(used_bytes=mem_size)
 
     def alloc_preprocess(self, device_id, mem_size):
+        """Adds mem_size to the acquired bytes of the calling stack."""
         self._add(acquired_bytes=mem_size)
 
     def _add(self, used_bytes=0, acquired_bytes=0):
