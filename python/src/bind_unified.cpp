@@ -150,13 +150,26 @@ py::module_ numpy() { return py::module_::import("numpy"); }
   return equal == 1;
 }
 
-/// A new C-ordered array of the buffer's shape and dtype holding `source` as NumPy's copyto() writes it
-/// (broadcasting, casting="same_kind").
-py::array converted(py_unified_buffer const& b, py::handle source)
+/**
+ * @brief Runs `body`, reporting a NumPy error (a conversion that failed) as one naming `argument` of `what`:
+ * a TypeError stays one, any other becomes a ValueError.
+ */
+template <class Body>
+decltype(auto) naming_argument(char const* what, char const* argument, Body&& body)
 {
-  py::array result{b.dtype, b.shape};
-  numpy().attr("copyto")(result, source, py::arg("casting") = "same_kind");
-  return result;
+  try {
+    return std::forward<Body>(body)();
+  } catch (py::error_already_set const& e) {
+    std::string const message = std::string{"UnifiedBuffer."} + what + ": " + argument + ": " + std::string{py::str(e.value())};
+    if (e.matches(PyExc_TypeError)) { throw py::type_error(message); }
+    throw py::value_error(message);
+  }
+}
+
+/// Writes `source` into `destination` as NumPy's copyto() does (broadcasting, casting="same_kind").
+void numpy_copy(py::handle destination, py::handle source)
+{
+  numpy().attr("copyto")(destination, source, py::arg("casting") = "same_kind");
 }
 
 /**
@@ -388,7 +401,8 @@ SpillManager whose budget the device copy counts against, and which may give it 
       "fill",
       [](py::object const& self, py::handle value, py::handle stream) {
         auto& b = self.cast<py_unified_buffer&>();
-        py::array const scalar = numpy().attr("asarray")(value, b.dtype);
+        py::array const scalar =
+          naming_argument("fill", "value", [&] { return py::array{numpy().attr("asarray")(value, b.dtype)}; });
         if (scalar.ndim() != 0) { throw_wrong_type("value", "a scalar", value); }
         auto const* first = static_cast<unsigned char const*>(scalar.data());
         std::vector<unsigned char> const pattern(first, first + scalar.itemsize());
@@ -412,7 +426,9 @@ SpillManager whose budget the device copy counts against, and which may give it 
         py::array target = direct ? out : py::array{b.dtype, b.shape};
         std::span<std::byte> const span{static_cast<std::byte*>(target.mutable_data()), b.get().size_bytes()};
         on_stream(b, hold_stream(stream), [span](bytes_buffer& buffer, cuda_stream_view s) { buffer.copy_to(span, s); });
-        if (!direct) { numpy().attr("copyto")(out, target, py::arg("casting") = "same_kind"); }
+        if (!direct) {
+          naming_argument("copy_to", "destination", [&] { numpy_copy(out, target); });
+        }
       },
       py::arg("destination"), py::arg("stream") = py::none(),
       "Copies the current data into a NumPy array (as NumPy's copyto() writes: broadcasting, "
@@ -441,7 +457,11 @@ SpillManager whose budget the device copy counts against, and which may give it 
           throw_wrong_type("source", "array-like (a NumPy array or what numpy.asarray takes)", source);
         }
         refuse_object_dtype(array.dtype(), "UnifiedBuffer.copy_from: source");
-        if (!same_dtype(array.dtype(), b.dtype)) { array = converted(b, array); }
+        if (!same_dtype(array.dtype(), b.dtype)) {
+          py::array result{b.dtype, b.shape};
+          naming_argument("copy_from", "source", [&] { numpy_copy(result, array); });
+          array = result;
+        }
         auto const bytes = static_cast<std::size_t>(array.nbytes());
         if (bytes != size) {
           throw py::value_error("UnifiedBuffer.copy_from: the source has " + std::to_string(bytes) +
