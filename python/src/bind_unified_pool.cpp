@@ -41,6 +41,25 @@ struct py_unified_pool {
   }
 };
 
+void clear_pool(py_unified_pool& p)
+{
+  {
+    py::gil_scoped_release const release;
+    p.pool->clear();
+  }
+  p.forget_streams_when_empty();
+}
+
+/// Sets the pool's max_cached_bytes (0: no limit), freeing the oldest cached buffers that no longer fit.
+void limit_cache(py_unified_pool& p, std::size_t bytes)
+{
+  {
+    py::gil_scoped_release const release;
+    p.pool->set_max_cached_bytes(bytes);
+  }
+  p.forget_streams_when_empty();
+}
+
 py::dict spill_statistics_dict(spill_statistics const& s)
 {
   py::dict d;
@@ -196,16 +215,7 @@ most bytes kept for reuse (0: no limit); the oldest released buffers are freed f
       py::arg("buffer"),
       "Takes `buffer` back for reuse; it can no longer be used. Raises ValueError when arrays or views of it "
       "are still alive, when it was made with other options, or when it was already released.")
-    .def(
-      "clear",
-      [](py_unified_pool& p) {
-        {
-          py::gil_scoped_release const release;
-          p.pool->clear();
-        }
-        p.forget_streams_when_empty();
-      },
-      "Frees every cached buffer.")
+    .def("clear", &clear_pool, "Frees every cached buffer.")
     .def(
       "statistics",
       [](py_unified_pool const& p) {
@@ -241,37 +251,15 @@ most bytes kept for reuse (0: no limit); the oldest released buffers are freed f
                            "Bytes (capacity) of the buffers cached now.")
     .def_property(
       "max_cached_bytes", [](py_unified_pool const& p) { return p.pool->max_cached_bytes(); },
-      [](py_unified_pool& p, checked<std::size_t, "max_cached_bytes"> bytes) {
-        {
-          py::gil_scoped_release const release;
-          p.pool->set_max_cached_bytes(bytes.value);
-        }
-        p.forget_streams_when_empty();
-      },
+      [](py_unified_pool& p, checked<std::size_t, "max_cached_bytes"> bytes) { limit_cache(p, bytes.value); },
       "The most bytes kept for reuse (0: no limit); setting it frees the oldest cached buffers that no longer fit.")
     .def(
       "set_limit",
-      [](py_unified_pool& p, py::handle size_mb) {
-        std::size_t const bytes = limit_bytes(size_mb);
-        {
-          py::gil_scoped_release const release;
-          p.pool->set_max_cached_bytes(bytes);
-        }
-        p.forget_streams_when_empty();
-      },
+      [](py_unified_pool& p, py::handle size_mb) { limit_cache(p, limit_bytes(size_mb)); },
       py::arg("size_mb"),
       "Caps the bytes the pool keeps for reuse at `size_mb` MiB (None: no limit), freeing the oldest cached "
       "buffers that no longer fit. Raises ValueError for 0 or a negative size.")
-    .def(
-      "free_all_blocks",
-      [](py_unified_pool& p) {
-        {
-          py::gil_scoped_release const release;
-          p.pool->clear();
-        }
-        p.forget_streams_when_empty();
-      },
-      "Frees every cached buffer (as clear()).")
+    .def("free_all_blocks", &clear_pool, "Frees every cached buffer (as clear()).")
     .def_property_readonly("pinned", [](py_unified_pool const& p) { return p.pinned; },
                            "Whether the pool's buffers have pinned host copies.")
     .def_property_readonly("spill", [](py_unified_pool const& p) { return p.spill; },
