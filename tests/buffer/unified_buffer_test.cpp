@@ -565,7 +565,7 @@ TEST_P(UnifiedBufferTest, AllocateMakesTheCopiesAskedForAndFreeReturnsThem)
   unified_buffer<u32> d{elements, options()};
   d.copy_from(data, stream_);
   d.allocate(true, true, stream_);
-  EXPECT_EQ(d.state(), buffer_state::DEVICE_DIRTY) << "the host copy now exists, and is stale";
+  EXPECT_EQ(d.state(), buffer_state::DEVICE_ONLY) << "the host copy now exists, and holds no data";
   expect_contents(d, data, stream_);
   d.free();
   EXPECT_FALSE(d.is_allocated());
