@@ -21,10 +21,12 @@ script ``gpumem`` and ``python -m gpumem`` run it.
 from ._version import __version__  # noqa: F401  (written by the build)
 
 from ._gpumem import (  # noqa: F401  (re-exported)
+    BufferNotAllocatedError,
     BufferState,
     CUDARuntimeError,
     DeviceBuffer,
     OutOfMemoryError,
+    PoolStatistics,
     SpillManager,
     UnifiedBuffer,
     UnifiedBufferPool,
@@ -41,6 +43,7 @@ from . import mr  # noqa: E402,F401  (gpumem.mr: the memory resources; RMM's nam
 from . import statistics  # noqa: E402,F401  (gpumem.statistics: RMM's rmm.statistics)
 from ._reinitialize import reinitialize  # noqa: E402,F401
 from .unified import Accelerator, get_accelerator, get_memory_pool, set_memory_pool  # noqa: E402,F401
+from .unified import cuda_available  # noqa: E402,F401  (PyDotCompute's name)
 from . import allocators  # noqa: E402,F401  (gpumem.allocators: gpumem as CuPy's, PyTorch's and Numba's allocator)
 
 
@@ -54,10 +57,12 @@ def __getattr__(name):
 
 __all__ = [
     "Accelerator",
+    "BufferNotAllocatedError",
     "BufferState",
     "CUDARuntimeError",
     "DeviceBuffer",
     "OutOfMemoryError",
+    "PoolStatistics",
     "SpillManager",
     "UnifiedBuffer",
     "UnifiedBufferPool",
@@ -66,6 +71,7 @@ __all__ = [
     "allocators",
     "allocation_size",
     "cuda",
+    "cuda_available",
     "free",
     "get_accelerator",
     "get_memory_pool",

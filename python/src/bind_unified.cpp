@@ -126,6 +126,52 @@ py::array host_array(py::object const& self, bool writable)
   return array;
 }
 
+/// The tag of gpumem.BufferNotAllocatedError (PyDotCompute's name): a ValueError raised by the calls that
+/// need data from a buffer that holds none (UNINITIALIZED).
+struct buffer_not_allocated_tag {};
+PyObject* buffer_not_allocated_type = nullptr;  // owned by the module
+
+void require_allocated(py_unified_buffer const& b, char const* what)
+{
+  if (b.get().state() != buffer_state::UNINITIALIZED) { return; }
+  PyErr_SetString(buffer_not_allocated_type,
+                  (std::string{"UnifiedBuffer."} + what +
+                   ": the buffer is UNINITIALIZED: it holds no data yet (write it, or allocate() it, first)")
+                    .c_str());
+  throw py::error_already_set();
+}
+
+py::module_ numpy() { return py::module_::import("numpy"); }
+
+[[nodiscard]] bool same_dtype(py::dtype const& a, py::dtype const& b)
+{
+  int const equal = PyObject_RichCompareBool(a.ptr(), b.ptr(), Py_EQ);
+  if (equal < 0) { throw py::error_already_set(); }
+  return equal == 1;
+}
+
+/**
+ * @brief Runs `body`, reporting a NumPy error (a conversion that failed) as one naming `argument` of `what`:
+ * a TypeError stays one, any other becomes a ValueError.
+ */
+template <class Body>
+decltype(auto) naming_argument(char const* what, char const* argument, Body&& body)
+{
+  try {
+    return std::forward<Body>(body)();
+  } catch (py::error_already_set const& e) {
+    std::string const message = std::string{"UnifiedBuffer."} + what + ": " + argument + ": " + std::string{py::str(e.value())};
+    if (e.matches(PyExc_TypeError)) { throw py::type_error(message); }
+    throw py::value_error(message);
+  }
+}
+
+/// Writes `source` into `destination` as NumPy's copyto() does (broadcasting, casting="same_kind").
+void numpy_copy(py::handle destination, py::handle source)
+{
+  numpy().attr("copyto")(destination, source, py::arg("casting") = "same_kind");
+}
+
 /**
  * @brief Runs body(buffer, stream) with the GIL released, then records the stream the buffer is on (also
  * when the body throws: it may have moved the buffer before failing).
@@ -182,13 +228,18 @@ unified_options make_options(bool pinned, py::handle spill)
 }
 
 registration const unified{binding_order::unified, "unified", [](py::module_& m) {
+  static py::exception<buffer_not_allocated_tag> const not_allocated(m, "BufferNotAllocatedError", PyExc_ValueError);
+  not_allocated.doc() = "A UnifiedBuffer that holds no data yet (UNINITIALIZED) was read or marked dirty. A ValueError.";
+  buffer_not_allocated_type = not_allocated.ptr();
+
   py::enum_<buffer_state>(m, "BufferState", "Which copy of a UnifiedBuffer holds the current data.")
     .value("UNINITIALIZED", buffer_state::UNINITIALIZED, "Neither copy holds data yet.")
-    .value("HOST_ONLY", buffer_state::HOST_ONLY, "Only the host copy exists.")
-    .value("DEVICE_ONLY", buffer_state::DEVICE_ONLY, "Only the device copy exists.")
+    .value("HOST_ONLY", buffer_state::HOST_ONLY, "Only the host copy holds the data (there is no device copy).")
+    .value("DEVICE_ONLY", buffer_state::DEVICE_ONLY, "Only the device copy holds the data (there is no host copy).")
     .value("SYNCHRONIZED", buffer_state::SYNCHRONIZED, "Both copies exist and are equal.")
-    .value("HOST_DIRTY", buffer_state::HOST_DIRTY, "Both exist; the host copy is newer.")
-    .value("DEVICE_DIRTY", buffer_state::DEVICE_DIRTY, "Both exist; the device copy is newer.");
+    .value("HOST_DIRTY", buffer_state::HOST_DIRTY, "The host copy was written; the device copy is stale or absent.")
+    .value("DEVICE_DIRTY", buffer_state::DEVICE_DIRTY,
+           "The device copy was written; the host copy is stale or absent.");
 
   py::class_<device_view>(m, "UnifiedDeviceView", R"doc(The device copy of a UnifiedBuffer, for CuPy, Numba and PyTorch.
 
@@ -230,7 +281,7 @@ An array with a host copy and a device copy that knows which is current (gpumem:
 UnifiedBuffer(shape, dtype="float32", pinned=False, spill=None): nothing is allocated until first use
 (state UNINITIALIZED). pinned: the host copy is pinned (syncs are single asynchronous copies); spill: a
 SpillManager whose budget the device copy counts against, and which may give it up when the budget is full.
-.host        a NumPy array on the host copy; taking it is a host write access (SYNCHRONIZED -> HOST_DIRTY)
+.host        a NumPy array on the host copy; taking it is a host write access (the state becomes HOST_DIRTY)
 .host_view   a read-only NumPy array on the host copy (never dirties anything)
 .device      the device copy (copies host -> device if needed) with __cuda_array_interface__ and DLPack;
              after a kernel wrote it, call mark_device_dirty()
@@ -264,15 +315,20 @@ SpillManager whose budget the device copy counts against, and which may give it 
     .def_property_readonly("exports", [](py_unified_buffer const& b) { return b.exports; },
                            "How many NumPy arrays, device views and DLPack capsules over this buffer are alive.")
     .def_property_readonly("host", [](py::object const& self) { return host_array(self, true); },
-                           "A writable NumPy array on the host copy (a host write access: marks the host dirty).")
+                           "A writable NumPy array on the host copy (a host write access: the state becomes HOST_DIRTY).")
     .def_property_readonly("host_view", [](py::object const& self) { return host_array(self, false); },
                            "A read-only NumPy array on the host copy (copies device -> host if needed).")
     .def_property_readonly("device", [](py::object const& self) { return device_of(self, py::none()); },
                            "The device copy on the default stream (see device_for(stream)).")
     .def("device_for", &device_of, py::arg("stream"), "The device copy, current for work on `stream`.")
     .def(
-      "to_numpy", [](py::object const& self) { return host_array(self, false).attr("copy")(); },
-      "A copy of the current data as a new NumPy array (copies device -> host if needed).")
+      "to_numpy",
+      [](py::object const& self) {
+        require_allocated(self.cast<py_unified_buffer const&>(), "to_numpy");
+        return host_array(self, false).attr("copy")();
+      },
+      "A copy of the current data as a new NumPy array (copies device -> host if needed). Raises "
+      "BufferNotAllocatedError when UNINITIALIZED.")
     .def(
       "sync_to_device",
       [](py_unified_buffer& b, py::handle stream) {
@@ -286,23 +342,126 @@ SpillManager whose budget the device copy counts against, and which may give it 
       },
       py::arg("stream") = py::none(), "Makes the host copy current (copies device -> host if it is older).")
     .def(
-      "mark_host_dirty", [](py_unified_buffer& b) { b.get().mark_host_dirty(); },
-      "Declares that the host copy was written (it becomes the current one). Raises ValueError where that "
-      "would lose a device write (DEVICE_DIRTY).")
+      "synchronize",
+      [](py_unified_buffer& b, py::handle stream) {
+        on_stream(b, hold_stream(stream), [](bytes_buffer& buffer, cuda_stream_view s) { buffer.synchronize(s); });
+      },
+      py::arg("stream") = py::none(),
+      "Makes both copies current: HOST_DIRTY copies host -> device, DEVICE_DIRTY device -> host "
+      "(SYNCHRONIZED); a no-op in the other states.")
     .def(
-      "mark_device_dirty", [](py_unified_buffer& b) { b.get().mark_device_dirty(); },
-      "Declares that a kernel wrote the device copy (it becomes the current one). Raises ValueError where "
-      "that would lose a host write (HOST_DIRTY).")
+      "mark_host_dirty",
+      [](py_unified_buffer& b) {
+        require_allocated(b, "mark_host_dirty");
+        b.get().mark_host_dirty();
+      },
+      "Declares that the host copy was written: HOST_ONLY, SYNCHRONIZED -> HOST_DIRTY. Raises "
+      "BufferNotAllocatedError when UNINITIALIZED, ValueError where it would lose a device write "
+      "(DEVICE_ONLY, DEVICE_DIRTY).")
+    .def(
+      "mark_device_dirty",
+      [](py_unified_buffer& b) {
+        require_allocated(b, "mark_device_dirty");
+        b.get().mark_device_dirty();
+      },
+      "Declares that a kernel wrote the device copy: DEVICE_ONLY, SYNCHRONIZED -> DEVICE_DIRTY. Raises "
+      "BufferNotAllocatedError when UNINITIALIZED, ValueError where it would lose a host write (HOST_ONLY, "
+      "HOST_DIRTY).")
+    .def(
+      "allocate",
+      [](py::object const& self, checked<bool, "host"> host, checked<bool, "device"> device, py::handle stream) {
+        auto& b = self.cast<py_unified_buffer&>();
+        on_stream(b, hold_stream(stream), [host = host.value, device = device.value](bytes_buffer& buffer,
+                                                                                      cuda_stream_view s) {
+          buffer.allocate(host, device, s);
+        });
+        return self;
+      },
+      py::kw_only(), py::arg("host") = true, py::arg("device") = true, py::arg("stream") = py::none(),
+      "Allocates the copies asked for now; returns the buffer. From UNINITIALIZED the state becomes "
+      "SYNCHRONIZED (both: the same indeterminate contents), HOST_ONLY or DEVICE_ONLY; a buffer holding data "
+      "keeps it and its state. Raises ValueError when neither copy is asked for.")
+    .def_property_readonly("is_allocated", [](py_unified_buffer const& b) { return b.get().is_allocated(); },
+                           "Whether the buffer holds data or allocated copies for it (state != UNINITIALIZED).")
+    .def(
+      "free",
+      [](py_unified_buffer& b) {
+        bytes_buffer& buffer = b.get();
+        if (b.exports != 0) {
+          throw py::value_error("UnifiedBuffer.free: " + std::to_string(b.exports) +
+                                " NumPy array(s), device view(s) or DLPack capsule(s) still use this buffer's "
+                                "memory; drop them first");
+        }
+        py::gil_scoped_release const release;
+        buffer.free();
+      },
+      "Frees both copies: UNINITIALIZED (the next access allocates again). Raises ValueError while arrays, "
+      "views or capsules of the buffer are alive.")
+    .def(
+      "fill",
+      [](py::object const& self, py::handle value, py::handle stream) {
+        auto& b = self.cast<py_unified_buffer&>();
+        py::array const scalar =
+          naming_argument("fill", "value", [&] { return py::array{numpy().attr("asarray")(value, b.dtype)}; });
+        if (scalar.ndim() != 0) { throw_wrong_type("value", "a scalar", value); }
+        auto const* first = static_cast<unsigned char const*>(scalar.data());
+        std::vector<unsigned char> const pattern(first, first + scalar.itemsize());
+        on_stream(b, hold_stream(stream), [&pattern](bytes_buffer& buffer, cuda_stream_view s) {
+          buffer.storage().fill(pattern.data(), pattern.size(), s);
+        });
+        return self;
+      },
+      py::arg("value"), py::arg("stream") = py::none(),
+      "Sets every element of the device copy to `value` (converted to the dtype as NumPy converts it): "
+      "DEVICE_ONLY or DEVICE_DIRTY. Returns the buffer.")
+    .def(
+      "copy_to",
+      [](py::object const& self, py::handle destination, py::handle stream) {
+        auto& b = self.cast<py_unified_buffer&>();
+        require_allocated(b, "copy_to");
+        if (!py::isinstance<py::array>(destination)) { throw_wrong_type("destination", "a NumPy array", destination); }
+        auto out = py::reinterpret_borrow<py::array>(destination);
+        bool const direct = same_dtype(out.dtype(), b.dtype) && static_cast<std::size_t>(out.size()) == b.count() &&
+                            out.writeable() && (out.flags() & py::array::c_style) != 0;
+        py::array target = direct ? out : py::array{b.dtype, b.shape};
+        std::span<std::byte> const span{static_cast<std::byte*>(target.mutable_data()), b.get().size_bytes()};
+        on_stream(b, hold_stream(stream), [span](bytes_buffer& buffer, cuda_stream_view s) { buffer.copy_to(span, s); });
+        if (!direct) {
+          naming_argument("copy_to", "destination", [&] { numpy_copy(out, target); });
+        }
+      },
+      py::arg("destination"), py::arg("stream") = py::none(),
+      "Copies the current data into a NumPy array (as NumPy's copyto() writes: broadcasting, "
+      "casting=\"same_kind\"); the state is unchanged. Raises BufferNotAllocatedError when UNINITIALIZED.")
+    .def(
+      "__getitem__",
+      [](py::object const& self, py::handle key) {
+        require_allocated(self.cast<py_unified_buffer const&>(), "__getitem__");
+        return py::object{host_array(self, false)[key]};
+      },
+      py::arg("key"),
+      "buf[key]: the host copy indexed as NumPy indexes (a read access: copies device -> host if needed; "
+      "slices are read-only views). Raises BufferNotAllocatedError when UNINITIALIZED.")
+    .def(
+      "__setitem__",
+      [](py::object const& self, py::handle key, py::handle value) { host_array(self, true)[key] = value; },
+      py::arg("key"), py::arg("value"),
+      "buf[key] = value: writes the host copy (a host write access: the state becomes HOST_DIRTY).")
     .def(
       "copy_from",
       [](py_unified_buffer& b, py::object const& source, py::handle stream) {
         std::size_t const size = b.get().size_bytes();
-        py::array const array = py::array::ensure(source, py::array::c_style);
+        py::array array = py::array::ensure(source, py::array::c_style);
         if (!array) {
           PyErr_Clear();
           throw_wrong_type("source", "array-like (a NumPy array or what numpy.asarray takes)", source);
         }
         refuse_object_dtype(array.dtype(), "UnifiedBuffer.copy_from: source");
+        if (!same_dtype(array.dtype(), b.dtype)) {
+          py::array result{b.dtype, b.shape};
+          naming_argument("copy_from", "source", [&] { numpy_copy(result, array); });
+          array = result;
+        }
         auto const bytes = static_cast<std::size_t>(array.nbytes());
         if (bytes != size) {
           throw py::value_error("UnifiedBuffer.copy_from: the source has " + std::to_string(bytes) +
@@ -312,14 +471,17 @@ SpillManager whose budget the device copy counts against, and which may give it 
         on_stream(b, hold_stream(stream), [span](bytes_buffer& buffer, cuda_stream_view s) { buffer.copy_from(span, s); });
       },
       py::arg("source"), py::arg("stream") = py::none(),
-      "Copies a host array (same number of bytes; not one holding Python objects) into the device copy: "
-      "DEVICE_ONLY or DEVICE_DIRTY.")
+      "Copies a host array into the device copy: DEVICE_ONLY or DEVICE_DIRTY. The same dtype: the same "
+      "number of elements, in C order; another dtype: converted as NumPy's copyto() converts (broadcasting, "
+      "casting=\"same_kind\"). Arrays that hold Python objects are refused.")
     .def(
       "zeros",
-      [](py_unified_buffer& b, py::handle stream) {
-        on_stream(b, hold_stream(stream), [](bytes_buffer& buffer, cuda_stream_view s) { buffer.zeros(s); });
+      [](py::object const& self, py::handle stream) {
+        on_stream(self.cast<py_unified_buffer&>(), hold_stream(stream),
+                  [](bytes_buffer& buffer, cuda_stream_view s) { buffer.zeros(s); });
+        return self;
       },
-      py::arg("stream") = py::none(), "Sets every byte of the device copy to zero.")
+      py::arg("stream") = py::none(), "Sets every byte of the device copy to zero. Returns the buffer.")
     .def(
       "__len__", [](py_unified_buffer const& b) { return b.shape.empty() ? py::ssize_t{1} : b.shape[0]; },
       "The first extent (1 for a 0-d buffer).")

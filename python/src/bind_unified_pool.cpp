@@ -18,6 +18,7 @@
 
 #include <pybind11/stl.h>
 
+#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -40,6 +41,25 @@ struct py_unified_pool {
   }
 };
 
+void clear_pool(py_unified_pool& p)
+{
+  {
+    py::gil_scoped_release const release;
+    p.pool->clear();
+  }
+  p.forget_streams_when_empty();
+}
+
+/// Sets the pool's max_cached_bytes (0: no limit), freeing the oldest cached buffers that no longer fit.
+void limit_cache(py_unified_pool& p, std::size_t bytes)
+{
+  {
+    py::gil_scoped_release const release;
+    p.pool->set_max_cached_bytes(bytes);
+  }
+  p.forget_streams_when_empty();
+}
+
 py::dict spill_statistics_dict(spill_statistics const& s)
 {
   py::dict d;
@@ -51,7 +71,36 @@ py::dict spill_statistics_dict(spill_statistics const& s)
   return d;
 }
 
+/// PyDotCompute's set_limit(size_mb): None lifts the limit; a positive number of MiB caps the cache.
+std::size_t limit_bytes(py::handle size_mb)
+{
+  if (size_mb.is_none()) { return 0; }
+  auto const mib = convert_argument<std::size_t>(size_mb, "size_mb");
+  if (mib == 0 || mib > (std::numeric_limits<std::size_t>::max() >> 20)) {
+    throw py::value_error("UnifiedBufferPool.set_limit: size_mb must be a positive number of MiB (or None for "
+                          "no limit), not " + std::to_string(mib));
+  }
+  return mib << 20;
+}
+
 registration const unified_pool{binding_order::unified, "unified_pool", [](py::module_& m) {
+  py::class_<unified_pool_statistics>(m, "PoolStatistics", R"doc(What UnifiedBufferPool.get_stats() returns.
+
+hits and misses count acquires served from the cache and not; cached_buffers and cached_bytes are what the
+cache holds now (PyDotCompute's n_free_blocks and free_bytes name the same); releases counts release() calls.)doc")
+    .def_readonly("hits", &unified_pool_statistics::hits, "Acquires served from the cache.")
+    .def_readonly("misses", &unified_pool_statistics::misses, "Acquires that made a new buffer.")
+    .def_readonly("cached_buffers", &unified_pool_statistics::cached_buffers, "Buffers waiting in the cache now.")
+    .def_readonly("cached_bytes", &unified_pool_statistics::cached_bytes, "Their capacity in bytes.")
+    .def_readonly("releases", &unified_pool_statistics::releases, "Buffers taken back by release().")
+    .def_readonly("n_free_blocks", &unified_pool_statistics::cached_buffers, "As cached_buffers.")
+    .def_readonly("free_bytes", &unified_pool_statistics::cached_bytes, "As cached_bytes.")
+    .def("__repr__", [](unified_pool_statistics const& s) {
+      return "PoolStatistics(hits=" + std::to_string(s.hits) + ", misses=" + std::to_string(s.misses) +
+             ", cached_buffers=" + std::to_string(s.cached_buffers) + ", cached_bytes=" +
+             std::to_string(s.cached_bytes) + ", releases=" + std::to_string(s.releases) + ")";
+    });
+
   py::handle const current_resource = m.attr("mr").attr("get_current_device_resource");  // kept by the submodule
   py::class_<py_spill_manager>(m, "SpillManager", R"doc(A device memory budget for UnifiedBuffers that spills.
 
@@ -113,7 +162,12 @@ most bytes kept for reuse (0: no limit); the oldest released buffers are freed f
          "A pool of buffers with pinned host copies or not, and within `spill`'s budget or not.")
     .def(
       "acquire",
-      [](py_unified_pool& p, py::object const& shape, py::object const& dtype) {
+      [](py_unified_pool& p, py::object const& shape, py::object const& dtype, py::handle pinned) {
+        if (!pinned.is_none() && convert_argument<bool>(pinned, "pinned") != p.pinned) {
+          throw py::value_error(std::string{"UnifiedBufferPool.acquire: pinned="} + (p.pinned ? "False" : "True") +
+                                ", but this pool's buffers all have " + (p.pinned ? "pinned" : "pageable") +
+                                " host copies (make a UnifiedBufferPool(pinned=...) for the other kind)");
+        }
         auto dims = to_shape(shape);
         auto type = element_dtype(dtype, "UnifiedBufferPool.acquire");
         std::size_t const bytes = shape_bytes(dims, type);
@@ -127,9 +181,10 @@ most bytes kept for reuse (0: no limit); the oldest released buffers are freed f
         p.forget_streams_when_empty();
         return py_unified_buffer{p.spill, std::move(stream), std::move(dims), std::move(type), std::move(buffer), 0};
       },
-      py::arg("shape"), py::arg("dtype") = py::str("float32"),
+      py::arg("shape"), py::arg("dtype") = py::str("float32"), py::kw_only(), py::arg("pinned") = py::none(),
       "A buffer of `shape` and `dtype`, UNINITIALIZED, reusing released memory when some fits. Raises "
-      "TypeError for a dtype that holds Python objects.")
+      "TypeError for a dtype that holds Python objects; ValueError when `pinned` (None: the pool's kind) is "
+      "not the pool's kind of host copy.")
     .def(
       "release",
       [](py_unified_pool& p, py::handle buffer_object) {
@@ -160,16 +215,7 @@ most bytes kept for reuse (0: no limit); the oldest released buffers are freed f
       py::arg("buffer"),
       "Takes `buffer` back for reuse; it can no longer be used. Raises ValueError when arrays or views of it "
       "are still alive, when it was made with other options, or when it was already released.")
-    .def(
-      "clear",
-      [](py_unified_pool& p) {
-        {
-          py::gil_scoped_release const release;
-          p.pool->clear();
-        }
-        p.forget_streams_when_empty();
-      },
-      "Frees every cached buffer.")
+    .def("clear", &clear_pool, "Frees every cached buffer.")
     .def(
       "statistics",
       [](py_unified_pool const& p) {
@@ -182,6 +228,38 @@ most bytes kept for reuse (0: no limit); the oldest released buffers are freed f
         return d;
       },
       "A dict: hits (acquires served from the cache), misses, cached_buffers, cached_bytes.")
+    .def(
+      "get_stats", [](py_unified_pool const& p) { return p.pool->statistics(); },
+      "A PoolStatistics: hits, misses, cached_buffers, cached_bytes, releases.")
+    .def(
+      "stats",
+      [](py_unified_pool const& p) {
+        auto const s = p.pool->statistics();
+        py::dict d;
+        d["pool_size"] = s.cached_buffers;
+        d["total_acquired"] = s.hits + s.misses;
+        d["total_released"] = s.releases;
+        d["cache_hits"] = s.hits;
+        d["cache_misses"] = s.misses;
+        return d;
+      },
+      "PyDotCompute's dict: pool_size (buffers cached now), total_acquired, total_released, cache_hits, "
+      "cache_misses.")
+    .def_property_readonly("pool_size", [](py_unified_pool const& p) { return p.pool->statistics().cached_buffers; },
+                           "Buffers cached now.")
+    .def_property_readonly("total_bytes", [](py_unified_pool const& p) { return p.pool->statistics().cached_bytes; },
+                           "Bytes (capacity) of the buffers cached now.")
+    .def_property(
+      "max_cached_bytes", [](py_unified_pool const& p) { return p.pool->max_cached_bytes(); },
+      [](py_unified_pool& p, checked<std::size_t, "max_cached_bytes"> bytes) { limit_cache(p, bytes.value); },
+      "The most bytes kept for reuse (0: no limit); setting it frees the oldest cached buffers that no longer fit.")
+    .def(
+      "set_limit",
+      [](py_unified_pool& p, py::handle size_mb) { limit_cache(p, limit_bytes(size_mb)); },
+      py::arg("size_mb"),
+      "Caps the bytes the pool keeps for reuse at `size_mb` MiB (None: no limit), freeing the oldest cached "
+      "buffers that no longer fit. Raises ValueError for 0 or a negative size.")
+    .def("free_all_blocks", &clear_pool, "Frees every cached buffer (as clear()).")
     .def_property_readonly("pinned", [](py_unified_pool const& p) { return p.pinned; },
                            "Whether the pool's buffers have pinned host copies.")
     .def_property_readonly("spill", [](py_unified_pool const& p) { return p.spill; },

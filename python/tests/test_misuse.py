@@ -10,6 +10,7 @@ Object dtypes, foreign, freed and doubly freed pointers are in test_misuse_memor
 end the process if they failed run in a subprocess there); use from several threads in test_misuse_threads.py.
 """
 
+import asyncio
 import gc
 import inspect
 import os
@@ -119,7 +120,7 @@ case("gpumem.SpillManager.statistics")(lambda: (gpumem.SpillManager(1 << 20).sta
 case("gpumem.SpillManager.spill")(lambda: (gpumem.SpillManager(1 << 20).spill, dict(bytes=256)))
 case("gpumem.UnifiedBuffer")(lambda: (gpumem.UnifiedBuffer, dict(shape=(2, 3), dtype="float32", pinned=False, spill=None)))
 case("gpumem.UnifiedBuffer.device_for")(lambda: (gpumem.UnifiedBuffer(4).device_for, dict(stream=None)))
-case("gpumem.UnifiedBuffer.to_numpy")(lambda: (gpumem.UnifiedBuffer(4).to_numpy, {}))
+case("gpumem.UnifiedBuffer.to_numpy")(lambda: (_unified_with_both_copies().to_numpy, {}))
 case("gpumem.UnifiedBuffer.sync_to_device")(lambda: (gpumem.UnifiedBuffer(4).sync_to_device, dict(stream=None)))
 case("gpumem.UnifiedBuffer.sync_to_host")(lambda: (gpumem.UnifiedBuffer(4).sync_to_host, dict(stream=None)))
 case("gpumem.UnifiedBuffer.mark_host_dirty")(lambda: (_unified_with_both_copies().mark_host_dirty, {}))
@@ -153,6 +154,24 @@ case("gpumem.Accelerator")(lambda: (gpumem.Accelerator, dict(device_id=0)))
 case("gpumem.Accelerator.device_name")(lambda: (gpumem.Accelerator(0).device_name, {}))
 case("gpumem.Accelerator.get_memory_info")(lambda: (gpumem.Accelerator(0).get_memory_info, {}))
 case("gpumem.Accelerator.synchronize")(lambda: (gpumem.Accelerator(0).synchronize, {}))
+case("gpumem.Accelerator.get_device")(lambda: (gpumem.Accelerator(0).get_device, dict(device_id=0)))
+case("gpumem.Accelerator.set_device")(lambda: (gpumem.Accelerator(0).set_device, dict(device_id=0)))
+case("gpumem.Accelerator.select_device")(lambda: (gpumem.Accelerator(0).select_device, dict(device_id=0)))
+case("gpumem.cuda_available")(lambda: (gpumem.cuda_available, {}))
+case("gpumem.UnifiedBuffer.allocate")(lambda: (gpumem.UnifiedBuffer(4).allocate, dict(host=True, device=True, stream=None)))
+case("gpumem.UnifiedBuffer.free")(lambda: (gpumem.UnifiedBuffer(4).free, {}))
+case("gpumem.UnifiedBuffer.synchronize")(lambda: (_unified_with_both_copies().synchronize, dict(stream=None)))
+case("gpumem.UnifiedBuffer.fill")(lambda: (gpumem.UnifiedBuffer(4).fill, dict(value=1.5, stream=None)))
+case("gpumem.UnifiedBuffer.copy_to")(lambda: (
+    _unified_with_both_copies().copy_to, dict(destination=np.empty(4, np.float32), stream=None)))
+case("gpumem.UnifiedBuffer.ensure_on_device")(lambda: (
+    lambda stream=None: asyncio.run(_unified_with_both_copies().ensure_on_device(stream)), dict(stream=None)))
+case("gpumem.UnifiedBuffer.ensure_on_host")(lambda: (
+    lambda stream=None: asyncio.run(_unified_with_both_copies().ensure_on_host(stream)), dict(stream=None)))
+case("gpumem.UnifiedBufferPool.get_stats")(lambda: (gpumem.UnifiedBufferPool().get_stats, {}))
+case("gpumem.UnifiedBufferPool.stats")(lambda: (gpumem.UnifiedBufferPool().stats, {}))
+case("gpumem.UnifiedBufferPool.set_limit")(lambda: (gpumem.UnifiedBufferPool().set_limit, dict(size_mb=1)))
+case("gpumem.UnifiedBufferPool.free_all_blocks")(lambda: (gpumem.UnifiedBufferPool().free_all_blocks, {}))
 case("gpumem.get_accelerator")(lambda: (gpumem.get_accelerator, dict(device_id=None)))
 case("gpumem.get_memory_pool")(lambda: (gpumem.get_memory_pool, {}))
 case("gpumem.set_memory_pool")(lambda p=gpumem.get_memory_pool(): (
@@ -539,6 +558,7 @@ case("gpumem.allocators.torch_allocator_library_path")(lambda: (gpumem.allocator
 NOT_CALLABLE_API = {"gpumem.BufferState", "gpumem.CUDARuntimeError", "gpumem.OutOfMemoryError", "gpumem.mr.Statistics",
                     "gpumem.cuda.BaseMemory", "gpumem.cuda.Graph", "gpumem.cuda.PooledMemory",
                     "gpumem.cuda.PooledPinnedMemory", "gpumem.UnifiedDeviceView", "gpumem.mr.DeviceMemoryResource"}
+NOT_CALLABLE_API |= {"gpumem.BufferNotAllocatedError", "gpumem.PoolStatistics"}
 
 
 # ---- the errors pybind11 used to report in its own terms ----------------------------------------------------

@@ -208,7 +208,7 @@ def test_zero_sizes_allocate_nothing():
     assert gpumem.DeviceBuffer(0).ptr == 0
     assert mr.CudaMemoryResource().allocate(0) == 0
     assert cuda.MemoryPool().malloc(0).ptr == 0
-    assert gpumem.UnifiedBuffer(0).to_numpy().shape == (0,)
+    assert gpumem.UnifiedBuffer(0).allocate().to_numpy().shape == (0,)
     assert gpumem.live_allocation_count() == 0
 
 

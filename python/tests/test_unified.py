@@ -22,7 +22,7 @@ def test_a_new_buffer_is_uninitialized_and_allocates_nothing(pinned):
 def test_host_then_device_then_kernel_then_host(pinned):
     b = gpumem.UnifiedBuffer(1000, np.int32, pinned=pinned)
     h = b.host
-    assert b.state == S.HOST_ONLY
+    assert b.state == S.HOST_DIRTY  # taking .host is a write access
     h[:] = np.arange(1000, dtype=np.int32)
     view = b.device
     assert b.state == S.SYNCHRONIZED
@@ -53,9 +53,9 @@ def test_dirty_marks_in_impossible_states_are_value_errors_naming_the_state(pinn
     with pytest.raises(ValueError, match="UNINITIALIZED"):
         b.mark_device_dirty()
     _ = b.host
-    with pytest.raises(ValueError, match="HOST_ONLY"):
+    with pytest.raises(ValueError, match="HOST_DIRTY"):
         b.mark_device_dirty()
-    assert b.state == S.HOST_ONLY
+    assert b.state == S.HOST_DIRTY
 
 
 def test_copy_from_with_the_wrong_size_is_a_value_error(pinned):

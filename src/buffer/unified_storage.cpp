@@ -115,7 +115,7 @@ void* unified_storage::host(bool write)
       state_ = buffer_state::SYNCHRONIZED;
       break;
   }
-  if (write && state_ == buffer_state::SYNCHRONIZED) { state_ = buffer_state::HOST_DIRTY; }
+  if (write) { state_ = buffer_state::HOST_DIRTY; }  // "host modified", also from HOST_ONLY
   return host_;
 }
 
@@ -145,29 +145,58 @@ void* unified_storage::device(cuda_stream_view stream)
 void unified_storage::sync_to_device(cuda_stream_view stream)
 {
   std::lock_guard lock{mutex_};
-  if (state_ != buffer_state::HOST_ONLY && state_ != buffer_state::HOST_DIRTY) { return; }
-  order_on(stream);
-  allocate_device(stream);
-  copy_host_to_device(stream);
-  state_ = buffer_state::SYNCHRONIZED;
-  touch_device();
+  if (state_ == buffer_state::HOST_ONLY || state_ == buffer_state::HOST_DIRTY) { make_device_current(stream); }
 }
 
 void unified_storage::sync_to_host(cuda_stream_view stream)
 {
   std::lock_guard lock{mutex_};
-  if (state_ != buffer_state::DEVICE_ONLY && state_ != buffer_state::DEVICE_DIRTY) { return; }
-  allocate_host();
-  copy_device_to_host(stream);
-  state_ = buffer_state::SYNCHRONIZED;
+  if (state_ == buffer_state::DEVICE_ONLY || state_ == buffer_state::DEVICE_DIRTY) { make_host_current(stream); }
+}
+
+void unified_storage::synchronize(cuda_stream_view stream)
+{
+  std::lock_guard lock{mutex_};
+  if (state_ == buffer_state::HOST_DIRTY) { make_device_current(stream); }
+  if (state_ == buffer_state::DEVICE_DIRTY) { make_host_current(stream); }
+}
+
+void unified_storage::allocate(bool host, bool device, cuda_stream_view stream)
+{
+  std::lock_guard lock{mutex_};
+  expects(host || device, "unified_buffer::allocate: neither the host nor the device copy was asked for");
+  // The device copy first: if the host copy then fails, the state is unchanged (as after a pool's reset).
+  if (device) {
+    order_on(stream);
+    allocate_device(stream);
+    touch_device();
+  }
+  if (host) {
+    allocate_host();
+    wait_host_copy();  // retained memory (a pool's) may still be read by an earlier copy
+  }
+  if (state_ == buffer_state::UNINITIALIZED) {
+    // Both copies hold the same (indeterminate) contents: nothing needs copying either way.
+    state_ = host && device ? buffer_state::SYNCHRONIZED : host ? buffer_state::HOST_ONLY : buffer_state::DEVICE_ONLY;
+  }
+}
+
+void unified_storage::free()
+{
+  std::lock_guard lock{mutex_};
+  expects(!has_residency_hold(),
+          "unified_buffer::free: a keep_resident() guard still holds the device copy (its pointers would dangle)");
+  free_device();
+  free_host();
+  state_ = buffer_state::UNINITIALIZED;
 }
 
 void unified_storage::mark_host_dirty()
 {
   std::lock_guard lock{mutex_};
   switch (state_) {
-    case buffer_state::SYNCHRONIZED: state_ = buffer_state::HOST_DIRTY; break;
     case buffer_state::HOST_ONLY:
+    case buffer_state::SYNCHRONIZED: state_ = buffer_state::HOST_DIRTY; break;
     case buffer_state::HOST_DIRTY: break;
     case buffer_state::UNINITIALIZED:
     case buffer_state::DEVICE_ONLY:
@@ -184,8 +213,8 @@ void unified_storage::mark_device_dirty()
 {
   std::lock_guard lock{mutex_};
   switch (state_) {
-    case buffer_state::SYNCHRONIZED: state_ = buffer_state::DEVICE_DIRTY; break;
     case buffer_state::DEVICE_ONLY:
+    case buffer_state::SYNCHRONIZED: state_ = buffer_state::DEVICE_DIRTY; break;
     case buffer_state::DEVICE_DIRTY: break;
     case buffer_state::UNINITIALIZED:
     case buffer_state::HOST_ONLY:
@@ -328,6 +357,22 @@ void unified_storage::order_on(cuda_stream_view stream)
     order_event_.wait(stream);
   }
   stream_ = stream;
+}
+
+void unified_storage::make_device_current(cuda_stream_view stream)
+{
+  order_on(stream);
+  allocate_device(stream);
+  copy_host_to_device(stream);
+  state_ = buffer_state::SYNCHRONIZED;
+  touch_device();
+}
+
+void unified_storage::make_host_current(cuda_stream_view stream)
+{
+  allocate_host();
+  copy_device_to_host(stream);
+  state_ = buffer_state::SYNCHRONIZED;
 }
 
 void unified_storage::copy_host_to_device(cuda_stream_view stream)

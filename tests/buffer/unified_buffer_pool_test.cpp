@@ -190,11 +190,37 @@ TEST_P(UnifiedBufferPoolTest, StatisticsCountHitsMissesAndTheCache)
   s = pool.statistics();
   EXPECT_EQ(s.hits, 2U);
   EXPECT_EQ(s.cached_buffers, 0U);
+  EXPECT_EQ(s.releases, 2U) << "null and moved-from buffers are not counted";
   pool.release(std::move(c));
+  EXPECT_EQ(pool.statistics().releases, 3U);
   pool.clear();
   s = pool.statistics();
   EXPECT_EQ(s.cached_buffers, 0U);
   EXPECT_EQ(s.cached_bytes, 0U);
+}
+
+TEST_P(UnifiedBufferPoolTest, LoweringMaxCachedBytesEvictsTheOldestNow)
+{
+  unified_buffer_pool<u32> pool{options()};
+  EXPECT_EQ(pool.max_cached_bytes(), 0U);
+  std::vector<std::unique_ptr<unified_buffer<u32>>> buffers;
+  for (int i = 0; i < 3; ++i) {
+    buffers.push_back(pool.acquire(1000));
+    buffers.back()->zeros(stream_);
+  }
+  auto const* newest = buffers.back().get();
+  for (auto& b : buffers) { pool.release(std::move(b)); }
+  EXPECT_EQ(pool.statistics().cached_bytes, 12000U);
+  pool.set_max_cached_bytes(5000);
+  EXPECT_EQ(pool.max_cached_bytes(), 5000U);
+  EXPECT_EQ(pool.statistics().cached_buffers, 1U);
+  EXPECT_EQ(device_.deallocations(), 2U) << "the two oldest free their memory at once";
+  auto again = pool.acquire(1000);
+  EXPECT_EQ(again.get(), newest);
+  pool.set_max_cached_bytes(0);  // no limit
+  pool.release(std::move(again));
+  pool.release(pool.acquire(3000));
+  EXPECT_EQ(pool.statistics().cached_buffers, 2U);
 }
 
 TEST_P(UnifiedBufferPoolTest, MaxCachedBytesEvictsTheOldest)

@@ -198,12 +198,16 @@ enum class op {
   copy_from,
   copy_to,
   fill,
-  zeros
+  zeros,
+  synchronize,
+  allocate,
+  free
 };
 
 constexpr std::array all_ops{op::host,           op::host_view,       op::device,           op::device_view,
                              op::sync_to_device, op::sync_to_host,    op::mark_host_dirty,  op::mark_device_dirty,
-                             op::copy_from,      op::copy_to,         op::fill,             op::zeros};
+                             op::copy_from,      op::copy_to,         op::fill,             op::zeros,
+                             op::synchronize,    op::allocate,        op::free};
 constexpr std::array all_states{buffer_state::UNINITIALIZED, buffer_state::HOST_ONLY,  buffer_state::DEVICE_ONLY,
                                 buffer_state::SYNCHRONIZED,  buffer_state::HOST_DIRTY, buffer_state::DEVICE_DIRTY};
 
@@ -222,6 +226,9 @@ char const* name(op o)
     case op::copy_to: return "copy_to";
     case op::fill: return "fill";
     case op::zeros: return "zeros";
+    case op::synchronize: return "synchronize";
+    case op::allocate: return "allocate";
+    case op::free: return "free";
   }
   return "?";
 }
@@ -231,9 +238,8 @@ std::optional<buffer_state> expected_after(buffer_state s, op o)
 {
   using enum buffer_state;
   switch (o) {
-    case op::host:  // a host write access
-      if (s == UNINITIALIZED || s == HOST_ONLY) { return HOST_ONLY; }
-      return HOST_DIRTY;  // DEVICE_ONLY, DEVICE_DIRTY: copied to SYNCHRONIZED, then written
+    case op::host:  // a host write access: "host access" then "host modified", from every state
+      return HOST_DIRTY;  // DEVICE_ONLY, DEVICE_DIRTY: copied to SYNCHRONIZED first
     // The syncs follow their own documentation ("no-op otherwise"): on UNINITIALIZED there is nothing to make
     // current. (The file comment counts them as host/device accesses, which would make it HOST_ONLY/DEVICE_ONLY.)
     case op::sync_to_host:
@@ -252,12 +258,10 @@ std::optional<buffer_state> expected_after(buffer_state s, op o)
       if (s == HOST_ONLY || s == HOST_DIRTY) { return SYNCHRONIZED; }
       return s;
     case op::mark_host_dirty:
-      if (s == SYNCHRONIZED) { return HOST_DIRTY; }
-      if (s == HOST_ONLY || s == HOST_DIRTY) { return s; }
+      if (s == HOST_ONLY || s == SYNCHRONIZED || s == HOST_DIRTY) { return HOST_DIRTY; }
       return std::nullopt;  // no host copy, or a stale one
     case op::mark_device_dirty:
-      if (s == SYNCHRONIZED) { return DEVICE_DIRTY; }
-      if (s == DEVICE_ONLY || s == DEVICE_DIRTY) { return s; }
+      if (s == DEVICE_ONLY || s == SYNCHRONIZED || s == DEVICE_DIRTY) { return DEVICE_DIRTY; }
       return std::nullopt;  // no device copy, or a stale one
     case op::copy_from:
     case op::fill:
@@ -267,6 +271,12 @@ std::optional<buffer_state> expected_after(buffer_state s, op o)
     case op::copy_to:
       if (s == UNINITIALIZED) { return std::nullopt; }
       return s;
+    case op::synchronize:
+      if (s == HOST_DIRTY || s == DEVICE_DIRTY) { return SYNCHRONIZED; }
+      return s;
+    case op::allocate:  // both copies: SYNCHRONIZED from UNINITIALIZED; a buffer with data keeps its state
+      return s == UNINITIALIZED ? SYNCHRONIZED : s;
+    case op::free: return UNINITIALIZED;
   }
   return std::nullopt;
 }
@@ -297,7 +307,8 @@ std::vector<u32> bring_to(unified_buffer<u32>& b, buffer_state s, cuda_stream_vi
     case HOST_DIRTY:
     case DEVICE_DIRTY: break;
   }
-  std::ranges::copy(first, b.host().begin());  // HOST_ONLY
+  // A read access makes it HOST_ONLY; the data go into the only copy through its pointer.
+  std::ranges::copy(first, const_cast<u32*>(b.host_view().data()));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
   if (s == HOST_ONLY) { return first; }
   b.sync_to_device(stream);  // SYNCHRONIZED
   if (s == SYNCHRONIZED) { return first; }
@@ -388,6 +399,13 @@ TEST_P(UnifiedBufferTransitionTest, StateAndDataFollowTheTable)
       b.zeros(stream_);
       current.assign(elements, 0U);
       break;
+    case op::synchronize: b.synchronize(stream_); break;
+    case op::allocate: b.allocate(true, true, stream_); break;
+    case op::free:
+      b.free();
+      EXPECT_FALSE(b.is_allocated());
+      current.clear();
+      break;
   }
 
   EXPECT_EQ(b.state(), expected.value_or(from)) << (expected ? "wrong state" : "a failed call changed the state");
@@ -453,8 +471,8 @@ TEST_P(UnifiedBufferTest, ReadOnlyAccessorsNeverDirty)
     unified_buffer<u32> b{elements, options()};
     if (start == buffer_state::DEVICE_ONLY) {
       b.copy_from(data, stream_);
-    } else {
-      std::ranges::copy(data, b.host().begin());
+    } else {  // a read access: HOST_ONLY, written through its pointer (the only copy)
+      std::ranges::copy(data, const_cast<u32*>(b.host_view().data()));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
     }
     if (start == buffer_state::SYNCHRONIZED) { b.sync_to_device(stream_); }
     ASSERT_EQ(b.state(), start);
@@ -479,9 +497,9 @@ TEST_P(UnifiedBufferTest, ImpossibleDirtyMarksThrowAndChangeNothing)
   EXPECT_EQ(b.state(), buffer_state::UNINITIALIZED);
 
   auto const host_data = pattern<u32>(elements, 12);
-  std::ranges::copy(host_data, b.host().begin());
+  std::ranges::copy(host_data, b.host().begin());  // HOST_DIRTY: written, no device copy
   EXPECT_THROW(b.mark_device_dirty(), logic_error);  // there is no device copy
-  EXPECT_EQ(b.state(), buffer_state::HOST_ONLY);
+  EXPECT_EQ(b.state(), buffer_state::HOST_DIRTY);
 
   b.sync_to_device(stream_);
   std::ranges::copy(pattern<u32>(elements, 13), b.host().begin());  // HOST_DIRTY
@@ -498,6 +516,92 @@ TEST_P(UnifiedBufferTest, ImpossibleDirtyMarksThrowAndChangeNothing)
   EXPECT_THROW(d.mark_host_dirty(), logic_error);  // the host copy is stale
   EXPECT_EQ(d.state(), buffer_state::DEVICE_DIRTY);
   expect_contents(d, std::vector<u32>(elements, 5U), stream_);
+}
+
+TEST_P(UnifiedBufferTest, ThePublishedExamplesHold)
+{
+  // A host write of a new buffer leaves it HOST_DIRTY; the device access syncs it.
+  unified_buffer<u32> b{elements, options()};
+  std::ranges::fill(b.host(), 1U);
+  EXPECT_EQ(b.state(), buffer_state::HOST_DIRTY);
+  b.sync_to_device(stream_);
+  EXPECT_EQ(b.state(), buffer_state::SYNCHRONIZED);
+  expect_contents(b, std::vector<u32>(elements, 1U), stream_);
+
+  // The table: a host access of a new buffer gives HOST_ONLY, a device access then SYNCHRONIZED, and
+  // mark_host_dirty() on HOST_ONLY gives HOST_DIRTY.
+  unified_buffer<u32> c{elements, options()};
+  (void)c.host_view();
+  EXPECT_EQ(c.state(), buffer_state::HOST_ONLY);
+  c.mark_host_dirty();
+  EXPECT_EQ(c.state(), buffer_state::HOST_DIRTY);
+  (void)c.device_view(stream_);
+  EXPECT_EQ(c.state(), buffer_state::SYNCHRONIZED);
+}
+
+TEST_P(UnifiedBufferTest, AllocateMakesTheCopiesAskedForAndFreeReturnsThem)
+{
+  unified_buffer<u32> b{elements, options()};
+  EXPECT_FALSE(b.is_allocated());
+  EXPECT_THROW(b.allocate(false, false, stream_), logic_error);
+  EXPECT_EQ(b.state(), buffer_state::UNINITIALIZED);
+  b.allocate(true, false, stream_);
+  EXPECT_EQ(b.state(), buffer_state::HOST_ONLY);
+  EXPECT_TRUE(b.is_allocated());
+  EXPECT_EQ(device_.allocations(), 0U);
+  b.free();
+  EXPECT_EQ(b.state(), buffer_state::UNINITIALIZED);
+  b.allocate(false, true, stream_);
+  EXPECT_EQ(b.state(), buffer_state::DEVICE_ONLY);
+  EXPECT_EQ(device_.allocations(), 1U);
+  b.free();
+  EXPECT_EQ(device_.deallocations(), 1U);
+  b.allocate(true, true, stream_);
+  EXPECT_EQ(b.state(), buffer_state::SYNCHRONIZED);
+  EXPECT_EQ(device_.allocations(), 2U);
+
+  // A buffer holding data keeps them and its state; the copy allocated meanwhile is not used until needed.
+  auto const data = pattern<u32>(elements, 31);
+  unified_buffer<u32> d{elements, options()};
+  d.copy_from(data, stream_);
+  d.allocate(true, true, stream_);
+  EXPECT_EQ(d.state(), buffer_state::DEVICE_ONLY) << "the host copy now exists, and holds no data";
+  expect_contents(d, data, stream_);
+  d.free();
+  EXPECT_FALSE(d.is_allocated());
+  std::vector<u32> out(elements);
+  EXPECT_THROW(d.copy_to(out, stream_), logic_error) << "a freed buffer holds no data";
+  std::ranges::fill(d.host(), 4U);  // the next access allocates again
+  expect_contents(d, std::vector<u32>(elements, 4U), stream_);
+}
+
+TEST_P(UnifiedBufferTest, FreeRefusesWhileAGuardHoldsTheDeviceCopy)
+{
+  unified_buffer<u32> b{elements, options()};
+  b.fill(6U, stream_);
+  {
+    auto guard = b.keep_resident();
+    EXPECT_THROW(b.free(), logic_error);
+    EXPECT_EQ(b.state(), buffer_state::DEVICE_ONLY);
+  }
+  b.free();
+  EXPECT_EQ(b.state(), buffer_state::UNINITIALIZED);
+}
+
+TEST_P(UnifiedBufferTest, SynchronizeMakesBothCopiesCurrent)
+{
+  auto const data = pattern<u32>(elements, 32);
+  unified_buffer<u32> b{elements, options()};
+  b.synchronize(stream_);
+  EXPECT_EQ(b.state(), buffer_state::UNINITIALIZED);
+  std::ranges::copy(data, b.host().begin());
+  b.synchronize(stream_);  // HOST_DIRTY: host -> device
+  EXPECT_EQ(b.state(), buffer_state::SYNCHRONIZED);
+  EXPECT_TRUE(same(device_read(b.device_view(stream_), elements, stream_), data));
+  b.fill(8U, stream_);  // DEVICE_DIRTY
+  b.synchronize(stream_);
+  EXPECT_EQ(b.state(), buffer_state::SYNCHRONIZED);
+  EXPECT_TRUE(same(b.host_view(), std::vector<u32>(elements, 8U)));
 }
 
 TEST_P(UnifiedBufferTest, WrongSizesThrowNamingBothSizes)
@@ -756,7 +860,7 @@ TEST_P(UnifiedBufferTest, DeviceAccessOnAnotherStreamWaitsForTheFirst)
   {
     stream_hold hold{stream_};
     device_write(b.device(stream_), kernel, stream_);
-    b.mark_device_dirty();  // DEVICE_ONLY stays DEVICE_ONLY
+    b.mark_device_dirty();  // DEVICE_ONLY -> DEVICE_DIRTY
     u32 const* p = b.device_view(other_);
     reader = start([&seen, p, this] { seen = device_read(p, elements, other_); });
     EXPECT_FALSE(finishes_within(reader, 50ms)) << "the second stream did not wait for the first";
@@ -820,7 +924,7 @@ TEST_P(UnifiedBufferTest, FailedDeviceAllocationLeavesTheStateUnchanged)
   std::ranges::copy(data, b.host().begin());
   EXPECT_THROW((void)b.device(stream_), out_of_memory);
   EXPECT_THROW(b.sync_to_device(stream_), out_of_memory);
-  EXPECT_EQ(b.state(), buffer_state::HOST_ONLY);
+  EXPECT_EQ(b.state(), buffer_state::HOST_DIRTY);
   EXPECT_TRUE(same(b.host_view(), data));
 
   unified_buffer<u32> c{elements, options()};

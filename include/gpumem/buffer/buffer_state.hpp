@@ -19,8 +19,8 @@ enum class buffer_state {
   HOST_ONLY,      ///< only the host copy holds the data (no device copy)
   DEVICE_ONLY,    ///< only the device copy holds the data (no host copy)
   SYNCHRONIZED,   ///< both copies hold the same data
-  HOST_DIRTY,     ///< the host copy is newer; the device copy is stale
-  DEVICE_DIRTY,   ///< the device copy is newer; the host copy is stale
+  HOST_DIRTY,     ///< the host copy was written; the device copy is stale or not allocated
+  DEVICE_DIRTY,   ///< the device copy was written; the host copy is stale or not allocated
 };
 
 /** @return the published name, e.g. "HOST_DIRTY". */

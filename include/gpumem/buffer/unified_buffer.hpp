@@ -4,21 +4,29 @@
  * current, copies only when needed, copies fast, and (with a spill_manager) survives a GPU that is too
  * small.
  *
- * States (buffer_state.hpp) and the transitions, exactly:
- *   UNINITIALIZED --host access-->                              HOST_ONLY
+ * States (buffer_state.hpp) and the transitions, exactly. They follow PyDotCompute's published table and
+ * examples (a read access of a new buffer gives HOST_ONLY, a write of it HOST_DIRTY: "host access" then
+ * "host modified"):
+ *   UNINITIALIZED --host read access (host_view())-->           HOST_ONLY
  *   UNINITIALIZED --device access-->                            DEVICE_ONLY
  *   HOST_ONLY, HOST_DIRTY --device access (copies host->device)--> SYNCHRONIZED
- *   SYNCHRONIZED --host write access (host(), mark_host_dirty())--> HOST_DIRTY
- *   SYNCHRONIZED --mark_device_dirty()-->                       DEVICE_DIRTY
  *   DEVICE_ONLY, DEVICE_DIRTY --host access (copies device->host)--> SYNCHRONIZED
- *                                        (then HOST_DIRTY if the access is host(), a write access)
+ *   any state --host write access (host())-->                   HOST_DIRTY (copied from the device first
+ *                                                               when the device copy is the current one)
+ *   HOST_ONLY, SYNCHRONIZED --mark_host_dirty()-->              HOST_DIRTY
+ *   DEVICE_ONLY, SYNCHRONIZED --mark_device_dirty()-->          DEVICE_DIRTY
  *   copy_from(), fill(), zeros() write the device copy:         DEVICE_ONLY when no host copy is allocated,
  *                                                               else DEVICE_DIRTY (the host copy is stale)
+ *   HOST_DIRTY --synchronize()--> SYNCHRONIZED (as sync_to_device); DEVICE_DIRTY likewise (as sync_to_host)
+ *   UNINITIALIZED --allocate(host, device)-->                   SYNCHRONIZED (both copies: the same
+ *                                                               indeterminate contents), HOST_ONLY or DEVICE_ONLY
+ *   any state --free()-->                                       UNINITIALIZED (both copies freed)
  *   spilling (spill_manager.hpp):                               HOST_ONLY
  * Every other access leaves the state as it is; in particular the syncs leave UNINITIALIZED alone (there is
- * nothing to copy). Read-only accessors (host_view(), device_view(), copy_to(),
- * the syncs) never dirty anything. "Device access" is device(), device_view() or sync_to_device(); "host
- * access" is host(), host_view() or sync_to_host().
+ * nothing to copy), and allocate() keeps the state of a buffer that holds data. Read-only accessors
+ * (host_view(), device_view(), copy_to(), the syncs) never dirty anything. "Device access" is device(),
+ * device_view() or sync_to_device(); "host access" is host(), host_view() or sync_to_host(). A *_DIRTY
+ * state says that the other copy is stale or not allocated at all.
  *
  * The buffer cannot see what a kernel does: after a kernel writes the device copy, call
  * mark_device_dirty(), or the host keeps reading its own (stale) copy and a spill may drop the writes.
@@ -163,10 +171,42 @@ class unified_buffer {
   void sync_to_device(cuda_stream_view stream = {}) { storage().sync_to_device(stream); }
   /** @brief Makes the host copy current (DEVICE_ONLY, DEVICE_DIRTY -> SYNCHRONIZED); no-op otherwise. */
   void sync_to_host(cuda_stream_view stream = {}) { storage().sync_to_host(stream); }
-  /** @brief The host copy was written through a pointer from earlier: SYNCHRONIZED -> HOST_DIRTY. */
+  /**
+   * @brief The host copy was written through a pointer from earlier: HOST_ONLY, SYNCHRONIZED -> HOST_DIRTY.
+   * @throws gpumem::logic_error when UNINITIALIZED, DEVICE_ONLY or DEVICE_DIRTY (the host copy holds no
+   *         data or is stale: a device write would be lost).
+   */
   void mark_host_dirty() { storage().mark_host_dirty(); }
-  /** @brief A kernel wrote the device copy: SYNCHRONIZED -> DEVICE_DIRTY. */
+  /**
+   * @brief A kernel wrote the device copy: DEVICE_ONLY, SYNCHRONIZED -> DEVICE_DIRTY.
+   * @throws gpumem::logic_error when UNINITIALIZED, HOST_ONLY or HOST_DIRTY (a host write would be lost).
+   */
   void mark_device_dirty() { storage().mark_device_dirty(); }
+  /**
+   * @brief Makes both copies current: HOST_DIRTY as sync_to_device(), DEVICE_DIRTY as sync_to_host(); a
+   * no-op in every other state.
+   */
+  void synchronize(cuda_stream_view stream = {}) { storage().synchronize(stream); }
+
+  /**
+   * @brief Allocates the copies asked for now rather than on first use (the device copy ordered on
+   * `stream`). From UNINITIALIZED the state becomes SYNCHRONIZED (both), HOST_ONLY or DEVICE_ONLY; a buffer
+   * in another state keeps its state and its data.
+   * @throws gpumem::logic_error if neither copy is asked for.
+   * @throws gpumem::out_of_memory if a copy cannot be allocated (the state is then unchanged).
+   */
+  void allocate(bool host = true, bool device = true, cuda_stream_view stream = {})
+  {
+    storage().allocate(host, device, stream);
+  }
+  /** @return whether the buffer holds data or allocated copies for it: state() != UNINITIALIZED. */
+  [[nodiscard]] bool is_allocated() const { return state() != buffer_state::UNINITIALIZED; }
+  /**
+   * @brief Frees both copies (the device copy on the buffer's stream, after its work): UNINITIALIZED.
+   * Pointers from earlier accesses dangle. The next access allocates again.
+   * @throws gpumem::logic_error while a keep_resident() guard is alive.
+   */
+  void free() { storage().free(); }
 
   /**
    * @brief Copies `source` (host memory, pageable or pinned) into the device copy, ordered on `stream`.

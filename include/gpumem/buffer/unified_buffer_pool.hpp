@@ -27,6 +27,7 @@ struct unified_pool_statistics {
   std::uint64_t misses{};        ///< acquire() that made a new buffer
   std::size_t cached_buffers{};  ///< buffers waiting in the cache now
   std::size_t cached_bytes{};    ///< their capacity in bytes
+  std::uint64_t releases{};      ///< release() calls that took a buffer back (cached or freed at once)
 };
 
 /**
@@ -93,6 +94,7 @@ class unified_buffer_pool {
     buffer->storage().reset_for_reuse(0);  // UNINITIALIZED: a spill now just frees the device copy
     std::vector<std::unique_ptr<unified_buffer<T>>> evicted;  // destroyed after the lock is released
     detail::lock_guard lock{mutex_};
+    ++releases_;
     if (max_cached_bytes_ != 0 && capacity > max_cached_bytes_) {
       evicted.push_back(std::move(buffer));
       return;
@@ -116,10 +118,30 @@ class unified_buffer_pool {
     cached_bytes_ = 0;
   }
 
+  /**
+   * @brief Sets the most bytes kept for reuse (0: no limit), freeing the oldest cached buffers now until
+   * the cache fits.
+   */
+  void set_max_cached_bytes(std::size_t max_cached_bytes)
+  {
+    std::vector<std::unique_ptr<unified_buffer<T>>> evicted;  // destroyed after the lock is released
+    detail::lock_guard lock{mutex_};
+    max_cached_bytes_ = max_cached_bytes;
+    while (max_cached_bytes_ != 0 && cached_bytes_ > max_cached_bytes_ && !order_.empty()) {
+      evicted.push_back(take_oldest());
+    }
+  }
+  /** @return the most bytes kept for reuse; 0: no limit. */
+  [[nodiscard]] std::size_t max_cached_bytes() const
+  {
+    detail::lock_guard lock{mutex_};
+    return max_cached_bytes_;
+  }
+
   [[nodiscard]] unified_pool_statistics statistics() const
   {
     detail::lock_guard lock{mutex_};
-    return {hits_, misses_, cached_.size(), cached_bytes_};
+    return {hits_, misses_, cached_.size(), cached_bytes_, releases_};
   }
   [[nodiscard]] unified_options const& options() const noexcept { return options_; }
 
@@ -147,8 +169,8 @@ class unified_buffer_pool {
   }
 
   unified_options options_;
-  std::size_t max_cached_bytes_;
   mutable detail::mutex mutex_;
+  std::size_t max_cached_bytes_ GPUMEM_GUARDED_BY(mutex_);
   std::multimap<std::size_t, entry> cached_ GPUMEM_GUARDED_BY(mutex_);  // capacity -> buffer
   // Release sequence -> capacity (same buffers as cached_).
   std::map<std::uint64_t, std::size_t> order_ GPUMEM_GUARDED_BY(mutex_);
@@ -156,6 +178,7 @@ class unified_buffer_pool {
   std::size_t cached_bytes_ GPUMEM_GUARDED_BY(mutex_){};
   std::uint64_t hits_ GPUMEM_GUARDED_BY(mutex_){};
   std::uint64_t misses_ GPUMEM_GUARDED_BY(mutex_){};
+  std::uint64_t releases_ GPUMEM_GUARDED_BY(mutex_){};
 };
 
 }  // namespace gpumem

@@ -31,6 +31,7 @@ namespace gpumem::detail {
  *   host_allocated_: host_ holds capacity_ bytes (nullptr when capacity_ == 0);  device_ likewise
  *   state_ == UNINITIALIZED, or the copies the state names as current are allocated
  *   DEVICE_ONLY/HOST_ONLY: the other copy holds no data (it may be allocated, then it is stale)
+ *   HOST_DIRTY/DEVICE_DIRTY: the other copy is stale or not allocated at all
  *   host_copy_pending_: host_event_ marks the end of an asynchronous copy that reads or writes host_;
  *     the host may touch host_ only after it has completed
  *   in spill_'s LRU list  iff  spill_ != nullptr && device_allocated_ && capacity_ > 0
@@ -73,6 +74,12 @@ class GPUMEM_EXPORT unified_storage {
 
   void sync_to_device(cuda_stream_view stream);
   void sync_to_host(cuda_stream_view stream);
+  /** @brief HOST_DIRTY: sync_to_device; DEVICE_DIRTY: sync_to_host; no-op otherwise. */
+  void synchronize(cuda_stream_view stream);
+  /** @brief Allocates the copies asked for (see unified_buffer::allocate). */
+  void allocate(bool host, bool device, cuda_stream_view stream);
+  /** @brief Frees both copies (see unified_buffer::free). */
+  void free();
   void mark_host_dirty();
   void mark_device_dirty();
 
@@ -102,6 +109,8 @@ class GPUMEM_EXPORT unified_storage {
   void wait_host_copy();                          // waits for host_event_ if a copy is pending
   void order_on(cuda_stream_view stream);         // later work on `stream` follows the buffer's earlier work
   void wait_for(cuda_stream_view stream);         // blocks until `stream`'s work so far has completed
+  void make_device_current(cuda_stream_view stream);  // allocates, copies host->device: SYNCHRONIZED
+  void make_host_current(cuda_stream_view stream);    // allocates, copies device->host: SYNCHRONIZED
   void copy_host_to_device(cuda_stream_view stream);
   void copy_device_to_host(cuda_stream_view stream);
   void free_device() noexcept;                    // on stream_; unregisters from spill_
