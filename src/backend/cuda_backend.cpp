@@ -112,6 +112,12 @@ class cuda_backend final : public backend {
     std::array<char, 32> bus{};
     GPUMEM_CUDA_TRY(cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device));
     p.pci_bus_id = bus.data();
+    int pageable = 0;
+    GPUMEM_CUDA_TRY(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device));
+    p.pageable_memory_access = pageable != 0;
+    int fabric = 0;
+    GPUMEM_CUDA_TRY(cudaDeviceGetAttribute(&fabric, cudaDevAttrHandleTypeFabricSupported, device));
+    p.fabric_handles_supported = fabric != 0;
     return p;
   }
 

@@ -93,6 +93,12 @@ cudaMemPool_t create_pool(std::optional<std::size_t> initial, std::optional<cuda
                                               backend.properties(device).name +
                                               ") does not support stream-ordered memory pools (cudaMallocAsync)");
   }
+  if (type == cuda_async_memory_resource::allocation_handle_type::fabric &&
+      !backend.properties(device).fabric_handles_supported) {
+    throw cuda_error(cudaErrorNotSupported, "device " + std::to_string(device) + " (" + backend.properties(device).name +
+                                              ") cannot export fabric handles (cudaDevAttrHandleTypeFabricSupported "
+                                              "is 0), so its pool cannot be made with the fabric handle type");
+  }
   return backend.mempool_create(device, to_backend(type), maximum.value_or(0));
 }
 
