@@ -46,6 +46,10 @@ class ProfilerRecords:
 
     def add(self, name: str, data) -> None:
         """Adds the counters `data` (a ``Statistics``: its total_bytes and peak_bytes) to the record `name`."""
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, not {type(name).__name__}")
+        if not hasattr(data, "total_bytes") or not hasattr(data, "peak_bytes"):
+            raise TypeError(f"data must be a Statistics, not {type(data).__name__}")
         with self._lock:
             self._records[name].add(memory_total=data.total_bytes, memory_peak=data.peak_bytes)
 
@@ -80,9 +84,13 @@ class ProfilerRecords:
 def get_descriptive_name_of_object(obj: object) -> str:
     """``"<file>:<line>(<qualified name>)"`` of a function or class (unwrapping decorators), the name a
     profiled function is recorded under."""
-    obj = inspect.unwrap(obj)
-    _, line = inspect.getsourcelines(obj)
-    return f"{inspect.getfile(obj)}:{line}({obj.__qualname__})"
+    try:
+        obj = inspect.unwrap(obj)
+        _, line = inspect.getsourcelines(obj)
+        return f"{inspect.getfile(obj)}:{line}({obj.__qualname__})"
+    except (TypeError, OSError) as error:
+        raise TypeError(f"obj must be a function or class defined in a source file, not {type(obj).__name__} "
+                        f"({error})") from None
 
 
 default_profiler_records = ProfilerRecords()

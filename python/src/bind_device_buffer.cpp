@@ -151,9 +151,9 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
   cls.def_static(
     "to_device",
     [current_resource](py::handle data, py::handle stream, py::object mr) {
-      check_unsigned_bytes(data);
       held_stream const s = hold_stream(stream);
       host_buffer const view{data, access::read, 'C', "DeviceBuffer.to_device: data"};
+      check_unsigned_bytes(data);
       auto result = make_buffer(current_resource, view.size(), s, std::move(mr));
       {
         py::gil_scoped_release const release;
@@ -224,7 +224,7 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
     [](py_device_buffer& self, py::handle cuda_ary, py::handle stream) {
       cuda_stream_view const s = to_stream(stream);
       if (!py::hasattr(cuda_ary, "__cuda_array_interface__")) {
-        throw py::value_error("DeviceBuffer.copy_from_device: expected an object with __cuda_array_interface__, got " +
+        throw py::value_error("DeviceBuffer.copy_from_device: cuda_ary must be an object with __cuda_array_interface__, not " +
                               type_name(cuda_ary));
       }
       py::dict const interface = cuda_ary.attr("__cuda_array_interface__");

@@ -70,7 +70,7 @@ registration const errors{binding_order::errors, "errors", [](py::module_& m) {
         base_init(self, *args);
       }
     },
-    py::name("__init__"), py::is_method(rmm_error));
+    py::name("rmm_error_init"), py::is_method(rmm_error));
   py::object const out_of_memory_error = new_exception(
     m, "OutOfMemoryError", py::make_tuple(py::handle(PyExc_MemoryError), rmm_error),
     "Device memory is exhausted, even after the resource's own retry. A MemoryError (and a gpumem.RMMError).");

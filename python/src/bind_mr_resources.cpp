@@ -117,9 +117,10 @@ void bind_async_view(py::module_& sub)
     .def(py::init([](py::handle pool_handle) {
            if (pool_handle.is_none()) { throw_wrong_type("pool_handle", "a cudaMemPool_t (an int)", pool_handle); }
            // An int, or an object that converts to one (cuda-python's cudaMemPool_t and CUmemoryPool do).
-           py::object const address = py::isinstance<py::int_>(pool_handle) || !py::hasattr(pool_handle, "__int__")
+           py::object const address = py::isinstance<py::int_>(pool_handle) || py::isinstance<py::float_>(pool_handle) ||
+                                          !py::hasattr(pool_handle, "__int__")
                                         ? py::reinterpret_borrow<py::object>(pool_handle)
-                                        : py::object{py::int_(pool_handle)};
+                                        : py::object{py::int_(py::reinterpret_borrow<py::object>(pool_handle))};
            auto const value = static_cast<std::uintptr_t>(unsigned_argument(address, "pool_handle", UINTPTR_MAX));
            if (value == 0) { throw py::value_error("pool_handle must not be 0 (a null cudaMemPool_t)"); }
            return std::make_unique<mr::cuda_async_view_memory_resource>(reinterpret_cast<cudaMemPool_t>(value),  // NOLINT

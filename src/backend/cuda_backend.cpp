@@ -58,6 +58,10 @@ class device_scope {
   bool changed_{};
 };
 
+/// The driver's CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, which the runtime's enum lists only as
+/// cudaDevAttrReserved128; cudaDeviceGetAttribute passes it to the driver.
+constexpr auto fabric_handles_attribute = static_cast<cudaDeviceAttr>(128);
+
 cudaStreamCaptureMode to_cuda(capture_mode mode)
 {
   switch (mode) {
@@ -116,7 +120,7 @@ class cuda_backend final : public backend {
     GPUMEM_CUDA_TRY(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device));
     p.pageable_memory_access = pageable != 0;
     int fabric = 0;
-    GPUMEM_CUDA_TRY(cudaDeviceGetAttribute(&fabric, cudaDevAttrHandleTypeFabricSupported, device));
+    GPUMEM_CUDA_TRY(cudaDeviceGetAttribute(&fabric, fabric_handles_attribute, device));
     p.fabric_handles_supported = fabric != 0;
     return p;
   }
