@@ -58,19 +58,27 @@ def _from_gpumem(value: int, kind: str) -> level_enum:
     return level_enum.off if value == _OFF else level_enum(value)
 
 
+def _set(kind: str, setter, level) -> None:
+    level = _check(level)
+    with _lock:
+        setter(_to_gpumem(level))
+        _chosen[kind] = level
+
+
+def _get(kind: str, getter) -> level_enum:
+    with _lock:
+        return _from_gpumem(getter(), kind)
+
+
 def set_logging_level(level) -> None:
     """Sets the debug log's level: messages of `level` or more severe are written. Raises TypeError for
     anything but a ``level_enum``."""
-    level = _check(level)
-    with _lock:
-        _debug_log.set_level(_to_gpumem(level))
-        _chosen["logging"] = level
+    _set("logging", _debug_log.set_level, level)
 
 
 def get_logging_level() -> level_enum:
     """The debug log's current level (a ``level_enum``)."""
-    with _lock:
-        return _from_gpumem(_debug_log.get_level(), "logging")
+    return _get("logging", _debug_log.get_level)
 
 
 def should_log(level) -> bool:
@@ -82,16 +90,12 @@ def should_log(level) -> bool:
 def set_flush_level(level) -> None:
     """Lines of `level` or more severe are flushed to the log file as they are written; others wait for
     ``flush_logger()`` or a later flush. Raises TypeError for anything but a ``level_enum``."""
-    level = _check(level)
-    with _lock:
-        _debug_log.set_flush_level(_to_gpumem(level))
-        _chosen["flush"] = level
+    _set("flush", _debug_log.set_flush_level, level)
 
 
 def get_flush_level() -> level_enum:
     """The flush level (a ``level_enum``; trace unless set: every line is flushed at once)."""
-    with _lock:
-        return _from_gpumem(_debug_log.get_flush_level(), "flush")
+    return _get("flush", _debug_log.get_flush_level)
 
 
 def flush_logger() -> None:

@@ -64,6 +64,18 @@ from ._gpumem.mr import (  # noqa: F401  (re-exported)
 )
 from ._resource_logging import disable_logging, enable_logging, get_log_filenames  # noqa: E402,F401
 
+
+def get_per_device_resource_type(device: int) -> type:
+    """The class of device `device`'s resource (RMM's get_per_device_resource_type). Raises ValueError for an
+    invalid device."""
+    return type(get_per_device_resource(device))
+
+
+def get_current_device_resource_type() -> type:
+    """The class of the current device's resource (RMM's get_current_device_resource_type)."""
+    return type(get_current_device_resource())
+
+
 __all__ = [
     "ArenaMemoryResource",
     "BinningMemoryResource",
@@ -90,8 +102,10 @@ __all__ = [
     "disable_logging",
     "enable_logging",
     "get_current_device_resource",
+    "get_current_device_resource_type",
     "get_log_filenames",
     "get_per_device_resource",
+    "get_per_device_resource_type",
     "is_system_memory_supported",
     "set_current_device_resource",
     "set_per_device_resource",

@@ -224,8 +224,9 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
     [](py_device_buffer& self, py::handle cuda_ary, py::handle stream) {
       cuda_stream_view const s = to_stream(stream);
       if (!py::hasattr(cuda_ary, "__cuda_array_interface__")) {
-        throw py::value_error("DeviceBuffer.copy_from_device: cuda_ary must be an object with __cuda_array_interface__, not " +
-                              type_name(cuda_ary));
+        throw py::value_error(
+          "DeviceBuffer.copy_from_device: cuda_ary must be an object with __cuda_array_interface__, not " +
+          type_name(cuda_ary));
       }
       py::dict const interface = cuda_ary.attr("__cuda_array_interface__");
       py::tuple const shape = interface["shape"];

@@ -43,6 +43,12 @@ py::object stream_object(py::handle cuda_module, cuda_stream_view stream)
   return cuda_module.attr("ExternalStream")(to_int(stream.value()));
 }
 
+/** @brief The device a `device` argument names: None -> the current one. @throws as device_argument. */
+cuda_device_id device_or_current(py::handle device)
+{
+  return device.is_none() ? get_current_cuda_device() : cuda_device_id{device_argument(device, "device")};
+}
+
 void bind_callback(py::module_& sub, py::handle cuda_module)
 {
   py::class_<mr::callback_memory_resource, device_memory_resource>(
@@ -81,8 +87,8 @@ void bind_callback(py::module_& sub, py::handle cuda_module)
          }),
          py::arg("allocate_func"), py::arg("deallocate_func"),
          "Calls allocate_func(nbytes, stream) for each allocation (it must return a 256-byte aligned address as an "
-         "int: 0 raises MemoryError, another type TypeError, a misaligned one is given back through deallocate_func and raises "
-         "ValueError) and deallocate_func(ptr, nbytes, stream) for each deallocation (an exception it raises is "
+         "int: 0 raises MemoryError, another type TypeError, a misaligned one is given back through "
+         "deallocate_func and raises ValueError) and deallocate_func(ptr, nbytes, stream) for each deallocation (an exception it raises is "
          "reported as unraisable: deallocation cannot fail). Keeps both functions alive. Raises TypeError when "
          "either is not callable.");
 }
@@ -99,10 +105,7 @@ void bind_system(py::module_& sub)
          "where it cannot access pageable host memory.");
   sub.def(
     "is_system_memory_supported",
-    [](py::handle device) {
-      int const id = device.is_none() ? get_current_cuda_device().value() : device_argument(device, "device");
-      return mr::is_system_memory_supported(cuda_device_id{id});
-    },
+    [](py::handle device) { return mr::is_system_memory_supported(device_or_current(device)); },
     py::arg("device") = py::none(),
     "Whether `device` (None: the current one) can use SystemMemoryResource: True where it can access pageable "
     "host memory, and on the host backend.");
@@ -135,10 +138,7 @@ void bind_async_view(py::module_& sub)
       "The viewed cudaMemPool_t as an int.");
   sub.def(
     "default_memory_pool",
-    [](py::handle device) {
-      int const id = device.is_none() ? get_current_cuda_device().value() : device_argument(device, "device");
-      return to_int(mr::default_memory_pool(cuda_device_id{id}));
-    },
+    [](py::handle device) { return to_int(mr::default_memory_pool(device_or_current(device))); },
     py::arg("device") = py::none(),
     "The device's default memory pool (the one cudaMallocAsync uses) as an int, owned by the driver (None: the "
     "current device).");

@@ -275,6 +275,14 @@ def test_system_memory_resource_where_pageable_memory_is_accessible():
     assert resource.is_equal(mr.SystemMemoryResource())
 
 
+def test_resource_types_per_device_and_current():
+    mr.set_current_device_resource(mr.ManagedMemoryResource())
+    assert mr.get_current_device_resource_type() is mr.ManagedMemoryResource
+    assert mr.get_per_device_resource_type(rmm.cuda.get_device_id()) is mr.ManagedMemoryResource
+    with pytest.raises(ValueError):
+        mr.get_per_device_resource_type(1 << 20)
+
+
 def test_available_device_memory_is_free_and_total():
     free, total = mr.available_device_memory()
     assert 0 < free <= total

@@ -518,6 +518,8 @@ case("gpumem.mr.PrefetchResourceAdaptor.get_upstream")(
     lambda: (mr.PrefetchResourceAdaptor(mr.ManagedMemoryResource()).get_upstream, {}))
 case("gpumem.mr.SystemMemoryResource", allowed=(gpumem.CUDARuntimeError,))(lambda: (mr.SystemMemoryResource, {}))
 case("gpumem.mr.available_device_memory")(lambda: (mr.available_device_memory, {}))
+case("gpumem.mr.get_current_device_resource_type")(lambda: (mr.get_current_device_resource_type, {}))
+case("gpumem.mr.get_per_device_resource_type")(lambda: (mr.get_per_device_resource_type, dict(device=0)))
 case("gpumem.mr.default_memory_pool")(lambda: (mr.default_memory_pool, dict(device=None)))
 case("gpumem.mr.is_system_memory_supported")(lambda: (mr.is_system_memory_supported, dict(device=None)))
 case("gpumem.statistics.ProfilerRecords")(lambda: (gpumem.statistics.ProfilerRecords, {}))
