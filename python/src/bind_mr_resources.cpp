@@ -10,8 +10,8 @@
 #include "conversions.hpp"
 #include "registry.hpp"
 
-#include <gpumem/backend/backend.hpp>
 #include <gpumem/cuda_device_id.hpp>
+#include <gpumem/device.hpp>
 #include <gpumem/mr/callback_memory_resource.hpp>
 #include <gpumem/mr/cuda_async_view_memory_resource.hpp>
 #include <gpumem/mr/prefetch_resource_adaptor.hpp>
@@ -176,8 +176,7 @@ registration const resources_more{binding_order::resources, "mr_resources", [](p
   sub.def(
     "available_device_memory",
     [] {
-      int const device = get_current_cuda_device().value();
-      memory_info const info = detail::get_backend().mem_info(device);
+      memory_info const info = available_device_memory();
       return py::make_tuple(info.free, info.total);
     },
     "(free, total) bytes of the current device, as cudaMemGetInfo reports them (RMM's available_device_memory).");

@@ -473,3 +473,42 @@ def test_rmm_cupy_allocator_with_cupy():
         assert float(x.sum()) == float(sum(range(1 << 10)))
     finally:
         cupy.cuda.set_allocator(None)
+
+
+def run_program(code):
+    """`code` in a fresh interpreter (PyTorch and Numba take their allocator before their first use)."""
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(rmm.__file__).resolve().parents[1])] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    return subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=600)
+
+
+@gpu_only
+def test_rmm_torch_allocator_with_pytorch():
+    pytest.importorskip("torch")
+    result = run_program(
+        "import torch\n"
+        "from gpumem.allocators.torch import rmm_torch_allocator\n"
+        "from gpumem import statistics\n"
+        "assert rmm_torch_allocator is not None\n"
+        "torch.cuda.memory.change_current_allocator(rmm_torch_allocator)\n"
+        "statistics.enable_statistics()\n"
+        "x = torch.ones(1 << 20, device='cuda')\n"
+        "assert float(x.sum()) == float(1 << 20)\n"
+        "assert statistics.get_statistics().current_bytes >= 4 << 20\n")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@gpu_only
+def test_rmm_numba_manager_with_numba():
+    pytest.importorskip("numba")
+    result = run_program(
+        "import numpy as np\n"
+        "from numba import cuda\n"
+        "from gpumem.allocators.numba import RMMNumbaManager\n"
+        "from gpumem import statistics\n"
+        "cuda.set_memory_manager(RMMNumbaManager)\n"
+        "statistics.enable_statistics()\n"
+        "d = cuda.to_device(np.arange(1000, dtype=np.float64))\n"
+        "assert (d.copy_to_host() == np.arange(1000)).all()\n"
+        "assert statistics.get_statistics().current_bytes >= 8000\n")
+    assert result.returncode == 0, result.stdout + result.stderr

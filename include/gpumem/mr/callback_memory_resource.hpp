@@ -70,4 +70,8 @@ class GPUMEM_EXPORT callback_memory_resource final : public device_memory_resour
   void* deallocate_callback_arg_;
 };
 
+#ifdef GPUMEM_HAS_CUDA_MR
+static_assert(cuda::mr::async_resource_with<callback_memory_resource, cuda::mr::device_accessible>);
+#endif
+
 }  // namespace gpumem::mr

@@ -44,6 +44,11 @@ class GPUMEM_EXPORT system_memory_resource final : public device_memory_resource
   /** @return the device the resource was made for. */
   [[nodiscard]] cuda_device_id device() const noexcept { return device_; }
 
+#ifdef GPUMEM_HAS_CUDA_MR
+  /** @brief CCCL property: system memory is host memory (device_accessible is inherited). */
+  friend void get_property(system_memory_resource const&, cuda::mr::host_accessible) noexcept {}
+#endif
+
  private:
   /** @throws gpumem::out_of_memory when the system allocator has not the memory (the message names the size). */
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
@@ -52,6 +57,11 @@ class GPUMEM_EXPORT system_memory_resource final : public device_memory_resource
 
   cuda_device_id device_;
 };
+
+#ifdef GPUMEM_HAS_CUDA_MR
+static_assert(cuda::mr::async_resource_with<system_memory_resource, cuda::mr::device_accessible,
+                                            cuda::mr::host_accessible>);
+#endif
 
 /**
  * @return whether `device` can access pageable host memory, so that system_memory_resource works there
