@@ -120,7 +120,11 @@ class cuda_backend final : public backend {
     GPUMEM_CUDA_TRY(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device));
     p.pageable_memory_access = pageable != 0;
     int fabric = 0;
-    GPUMEM_CUDA_TRY(cudaDeviceGetAttribute(&fabric, fabric_handles_attribute, device));
+    // A driver that does not know the attribute has no fabric handles: that is an answer, not a failure.
+    if (cudaDeviceGetAttribute(&fabric, fabric_handles_attribute, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      fabric = 0;
+    }
     p.fabric_handles_supported = fabric != 0;
     return p;
   }

@@ -195,9 +195,15 @@ TEST(cuda_async_memory_resource, the_fabric_handle_type_is_refused_clearly_where
   detail::backend& backend = detail::get_backend();
   int const device = backend.current_device();
   if (backend.properties(device).fabric_handles_supported) {
-    mr::cuda_async_memory_resource r{std::nullopt, std::nullopt, handle::fabric};
-    void* const p = r.allocate(4096);
-    r.deallocate(p, 4096);
+    try {
+      mr::cuda_async_memory_resource r{std::nullopt, std::nullopt, handle::fabric};
+      void* const p = r.allocate(4096);
+      r.deallocate(p, 4096);
+    } catch (cuda_error const& e) {  // the device has fabric handles, but the system may not serve them
+      std::string const what = e.what();
+      EXPECT_NE(what.find("device " + std::to_string(device)), std::string::npos) << what;
+      EXPECT_NE(what.find("fabric"), std::string::npos) << what;
+    }
     return;
   }
   try {
