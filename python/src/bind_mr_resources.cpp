@@ -88,9 +88,9 @@ void bind_callback(py::module_& sub, py::handle cuda_module)
          py::arg("allocate_func"), py::arg("deallocate_func"),
          "Calls allocate_func(nbytes, stream) for each allocation (it must return a 256-byte aligned address as an "
          "int: 0 raises MemoryError, another type TypeError, a misaligned one is given back through "
-         "deallocate_func and raises ValueError) and deallocate_func(ptr, nbytes, stream) for each deallocation (an exception it raises is "
-         "reported as unraisable: deallocation cannot fail). Keeps both functions alive. Raises TypeError when "
-         "either is not callable.");
+         "deallocate_func and raises ValueError) and deallocate_func(ptr, nbytes, stream) for each deallocation "
+         "(an exception it raises is reported as unraisable: deallocation cannot fail). Keeps both functions alive. "
+         "Raises TypeError when either is not callable.");
 }
 
 void bind_system(py::module_& sub)

@@ -485,6 +485,8 @@ def run_program(code):
 @gpu_only
 def test_rmm_torch_allocator_with_pytorch():
     pytest.importorskip("torch")
+    if not rmm_torch._installed_library().gpumem_torch_built_with_torch():
+        pytest.skip("libgpumem_torch_allocator was built without PyTorch: reconfigure where torch imports")
     result = run_program(
         "import torch\n"
         "from gpumem.allocators.torch import rmm_torch_allocator\n"
