@@ -25,6 +25,7 @@ struct log_state {
   std::FILE* file{nullptr};  // guarded by mutex: nullptr means stderr; otherwise owned
   log_level level{default_level};  // guarded by mutex: the configured level (log_threshold mirrors it)
   std::function<void(log_level, std::string_view)> handler;  // guarded by mutex: empty means the file
+  log_level flush_level{log_level::trace};  // guarded by mutex: lines at least this severe are flushed at once
 };
 
 log_state& state()
@@ -121,7 +122,7 @@ void write_log(log_level level, std::string_view message) noexcept
   std::fprintf(out, "[gpumem %02d:%02d:%02d.%06lld] [%.*s] %.*s\n", local.tm_hour, local.tm_min, local.tm_sec,
                static_cast<long long>(micros % 1'000'000), static_cast<int>(name.size()), name.data(),
                static_cast<int>(message.size()), message.data());
-  std::fflush(out);
+  if (level >= s.flush_level) { std::fflush(out); }
 }
 }  // namespace detail
 
@@ -191,6 +192,27 @@ void set_log_file(std::string const& path)
   log_state& s = state();
   std::lock_guard const lock{s.mutex};
   set_file_locked(file);
+}
+
+void set_flush_level(log_level level) noexcept
+{
+  log_state& s = state();
+  std::lock_guard const lock{s.mutex};
+  s.flush_level = level;
+}
+
+log_level get_flush_level() noexcept
+{
+  log_state& s = state();
+  std::lock_guard const lock{s.mutex};
+  return s.flush_level;
+}
+
+void flush_log() noexcept
+{
+  log_state& s = state();
+  std::lock_guard const lock{s.mutex};
+  std::fflush(s.file != nullptr ? s.file : stderr);
 }
 
 void configure_log_from_environment() noexcept

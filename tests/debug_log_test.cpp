@@ -177,5 +177,20 @@ TEST_F(debug_log, eight_threads_write_whole_lines)
   for (std::string const& line : written) { EXPECT_TRUE(line.ends_with(" line")) << line; }
 }
 
+TEST_F(debug_log, lines_below_the_flush_level_wait_for_a_flush)
+{
+  EXPECT_EQ(get_flush_level(), log_level::trace) << "by default every line is flushed as it is written";
+  set_log_level(log_level::info);
+  set_flush_level(log_level::error);
+  detail::log(log_level::info, "buffered line");
+  EXPECT_TRUE(lines().empty()) << "an info line below the flush level reached the file at once";
+  flush_log();
+  ASSERT_EQ(lines().size(), 1U);
+  detail::log(log_level::error, "flushed line");
+  EXPECT_EQ(lines().size(), 2U) << "a line at the flush level must reach the file at once";
+  set_flush_level(log_level::trace);
+  EXPECT_EQ(get_flush_level(), log_level::trace);
+}
+
 }  // namespace
 }  // namespace gpumem::test

@@ -38,6 +38,16 @@ GPUMEM_EXPORT void set_log_level(log_level level) noexcept;
 /** @return the current level. */
 [[nodiscard]] GPUMEM_EXPORT log_level get_log_level() noexcept;
 /**
+ * @brief Lines of `level` or more severe are flushed to the destination as they are written; others stay in
+ * the file's buffer until a later flush (stderr is unbuffered). Default: trace, every line at once.
+ * Thread-safety: any thread, at any time.
+ */
+GPUMEM_EXPORT void set_flush_level(log_level level) noexcept;
+/** @return the flush level (see set_flush_level). */
+[[nodiscard]] GPUMEM_EXPORT log_level get_flush_level() noexcept;
+/** @brief Writes every buffered line to the destination now. Never throws. */
+GPUMEM_EXPORT void flush_log() noexcept;
+/**
  * @brief Sends the log to the file `path` (appended to), or to stderr when `path` is empty.
  * @throws gpumem::logic_error if the file cannot be opened (the destination is then unchanged).
  */

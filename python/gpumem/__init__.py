@@ -13,6 +13,11 @@ when memory is exhausted; ``ValueError`` for misuse (an unknown or already-freed
 The library runs on the GPU (CUDA backend) or, where there is none, on its host backend, which emulates
 a device on the CPU (``GPUMEM_BACKEND=cuda|host`` chooses).
 
+RMM's top-level names are here too (``rmm`` -> ``gpumem``): ``reinitialize``, ``is_initialized``,
+``register_reinitialize_hook`` / ``unregister_reinitialize_hook``, ``RMMError`` (the base of gpumem's
+errors), ``enable_logging`` / ``disable_logging`` / ``get_log_filenames`` and the debug logger's
+``set_logging_level`` and friends (``gpumem.logger``).
+
 ``gpumem.__version__`` is the project's version (CMake's ``project(gpumem VERSION ...)``, written into
 ``gpumem/_version.py`` by the build). The package also holds the ``gpumem`` command-line tool: the console
 script ``gpumem`` and ``python -m gpumem`` run it.
@@ -27,6 +32,7 @@ from ._gpumem import (  # noqa: F401  (re-exported)
     DeviceBuffer,
     OutOfMemoryError,
     PoolStatistics,
+    RMMError,
     SpillManager,
     UnifiedBuffer,
     UnifiedBufferPool,
@@ -41,7 +47,22 @@ from ._gpumem import (  # noqa: F401  (re-exported)
 from . import cuda  # noqa: E402,F401  (gpumem.cuda: devices, streams, events, graphs; CuPy's names)
 from . import mr  # noqa: E402,F401  (gpumem.mr: the memory resources; RMM's names)
 from . import statistics  # noqa: E402,F401  (gpumem.statistics: RMM's rmm.statistics)
-from ._reinitialize import reinitialize  # noqa: E402,F401
+from ._reinitialize import (  # noqa: E402,F401  (RMM's rmm.reinitialize and its hooks)
+    is_initialized,
+    register_reinitialize_hook,
+    reinitialize,
+    unregister_reinitialize_hook,
+)
+from ._resource_logging import disable_logging, enable_logging, get_log_filenames  # noqa: E402,F401
+from .logger import (  # noqa: E402,F401  (RMM's debug logger functions)
+    flush_logger,
+    get_flush_level,
+    get_logging_level,
+    level_enum,
+    set_flush_level,
+    set_logging_level,
+    should_log,
+)
 from .unified import Accelerator, get_accelerator, get_memory_pool, set_memory_pool  # noqa: E402,F401
 from .unified import cuda_available  # noqa: E402,F401  (PyDotCompute's name)
 from . import allocators  # noqa: E402,F401  (gpumem.allocators: gpumem as CuPy's, PyTorch's and Numba's allocator)
@@ -63,6 +84,7 @@ __all__ = [
     "DeviceBuffer",
     "OutOfMemoryError",
     "PoolStatistics",
+    "RMMError",
     "SpillManager",
     "UnifiedBuffer",
     "UnifiedBufferPool",
@@ -72,13 +94,26 @@ __all__ = [
     "allocation_size",
     "cuda",
     "cuda_available",
+    "disable_logging",
+    "enable_logging",
+    "flush_logger",
     "free",
     "get_accelerator",
+    "get_flush_level",
+    "get_log_filenames",
+    "get_logging_level",
     "get_memory_pool",
+    "is_initialized",
+    "level_enum",
     "live_allocation_count",
     "mr",
+    "register_reinitialize_hook",
     "reinitialize",
+    "set_flush_level",
+    "set_logging_level",
     "set_memory_pool",
+    "should_log",
     "statistics",
+    "unregister_reinitialize_hook",
     "zeros",
 ]

@@ -10,7 +10,23 @@
         print(statistics.get_statistics())  # Statistics(current_bytes=1048576, current_count=1, ...)
 
 ``enable_statistics()`` wraps the current device's resource in a ``gpumem.mr.StatisticsResourceAdaptor``
-for good; ``push_statistics()`` / ``pop_statistics()`` open and close nested counting scopes on it.
+for good; ``push_statistics()`` / ``pop_statistics()`` open and close nested counting scopes on it (popping
+a scope that was never pushed raises IndexError, as RMM). ``Statistics`` is RMM's record (a dataclass).
+
+The memory profiler, RMM's: ``profiler(records=..., name=...)`` as a decorator or a context manager records
+the bytes each function or block allocated (total and peak, and how often it ran) into a ``ProfilerRecords``
+(``default_profiler_records`` unless given), while statistics are enabled::
+
+    statistics.enable_statistics()
+
+    @statistics.profiler()
+    def step():
+        return gpumem.DeviceBuffer(1 << 20)
+
+    step()
+    with statistics.profiler(name="block"):
+        buf = gpumem.DeviceBuffer(256)
+    print(statistics.default_profiler_records.pretty_print())
 
 Only allocations made through the current device's resource while it is (or is wrapped by) the statistics
 adaptor are counted: a ``gpumem.mr`` resource used directly is not.
@@ -23,8 +39,13 @@ import threading
 from typing import Iterator, List, Optional
 
 from . import mr
+from ._profiler import ProfilerRecords, default_profiler_records, get_descriptive_name_of_object, profiler
 
-__all__ = ["enable_statistics", "get_statistics", "pop_statistics", "push_statistics", "statistics"]
+Statistics = mr.Statistics
+
+__all__ = ["ProfilerRecords", "Statistics", "default_profiler_records", "enable_statistics",
+           "get_descriptive_name_of_object", "get_statistics", "pop_statistics", "profiler", "push_statistics",
+           "statistics"]
 
 _lock = threading.Lock()
 # Adaptors that statistics() took off the current resource while memory they handed out was still live:
@@ -60,7 +81,7 @@ def push_statistics() -> Optional[mr.Statistics]:
 
 def pop_statistics() -> Optional[mr.Statistics]:
     """Closes the innermost scope (its counts fold into the enclosing one) and returns its counters, or None
-    when statistics are not enabled. Raises ValueError when no scope was pushed."""
+    when statistics are not enabled. Raises IndexError when no scope was pushed (as RMM)."""
     adaptor = _current_adaptor()
     return None if adaptor is None else adaptor.pop_counters()
 

@@ -1,6 +1,9 @@
 // The argument conversions of arguments.hpp.
 #include "arguments.hpp"
 
+#include <cctype>
+#include <limits>
+#include <string>
 #include <string_view>
 
 namespace gpumem::python {
@@ -59,6 +62,70 @@ unsigned long long unsigned_argument(py::handle value, char const* name, unsigne
                           std::string{py::repr(index)});
   }
   return index.cast<unsigned long long>();
+}
+
+namespace {
+
+/// The multiplier of a byte unit (lower case, "" for none), or 0 for an unknown one.
+std::size_t unit_multiplier(std::string_view unit)
+{
+  if (unit.empty() || unit == "b") { return 1; }
+  std::string_view const prefixes = "kmgtp";
+  std::size_t const position = prefixes.find(unit.front());
+  if (position == std::string_view::npos) { return 0; }
+  std::string_view const rest = unit.substr(1);
+  std::size_t const base = rest == "b" ? 1000 : rest == "ib" ? 1024 : 0;
+  std::size_t multiplier = base;
+  for (std::size_t i = 0; i < position; ++i) { multiplier *= base; }
+  return multiplier;
+}
+
+}  // namespace
+
+std::size_t byte_size_argument(py::handle value, char const* name)
+{
+  if (!py::isinstance<py::str>(value)) {
+    if (PyIndex_Check(value.ptr()) == 0 || py::isinstance<py::bool_>(value)) {
+      throw_wrong_type(name, "an int or a str such as \"4MiB\"", value);
+    }
+    return unsigned_argument(value, name, std::numeric_limits<std::size_t>::max());
+  }
+  std::string const text = value.cast<std::string>();
+  auto const refuse = [&](char const* why) {
+    throw py::value_error(std::string{name} + " must be a size in bytes (an int, or a number with an optional unit "
+                          "B, kB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB, such as \"4MiB\"), got " +
+                          std::string{py::repr(value)} + ": " + why);
+  };
+  // RMM's form: digits, optionally '.' and digits, optional spaces or tabs, an optional unit.
+  std::size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])) != 0) { ++i; }
+  if (i == 0) { refuse("it does not start with a number"); }
+  std::size_t const integer_end = i;
+  std::size_t fraction_end = i;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])) != 0) { ++i; }
+    fraction_end = i;
+  }
+  while (i < text.size() && (text[i] == ' ' || text[i] == '\t')) { ++i; }
+  std::string unit;
+  for (; i < text.size(); ++i) { unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i]))); }
+  std::size_t const multiplier = unit_multiplier(unit);
+  if (multiplier == 0) { refuse("unknown unit"); }
+  // Exact for the integer part; the fraction is rounded down to whole bytes, as int(n * multiplier) is.
+  py::int_ const whole{py::str(text.substr(0, integer_end))};
+  py::object total = whole * py::int_(multiplier);
+  if (fraction_end > integer_end + 1) {
+    std::string const digits = text.substr(integer_end + 1, fraction_end - integer_end - 1);
+    py::int_ const numerator{py::str(digits)};
+    py::int_ const denominator = py::int_(10).attr("__pow__")(digits.size());
+    total = total + (numerator * py::int_(multiplier)).attr("__floordiv__")(denominator);
+  }
+  py::int_ const bytes{total};
+  if (PyObject_RichCompareBool(bytes.ptr(), py::int_(std::numeric_limits<std::size_t>::max()).ptr(), Py_GT) == 1) {
+    refuse("more bytes than size_t holds");
+  }
+  return bytes.cast<std::size_t>();
 }
 
 std::string registered_name(std::type_info const& type)

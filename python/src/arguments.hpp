@@ -58,6 +58,22 @@ struct checked {
 /** @brief "a DeviceBuffer", "an Event". */
 [[nodiscard]] std::string with_article(std::string const& noun);
 
+/**
+ * @brief A size in bytes as RMM accepts it: an int, or a string of a number with an optional unit
+ * ("4MiB", "1GB", "1.5 kib", "100"): B, kB, MB, GB, TB, PB (powers of 1000) or KiB, MiB, GiB, TiB, PiB
+ * (powers of 1024), case-insensitive, spaces or tabs before the unit (RMM's parse_bytes).
+ */
+struct byte_size {
+  std::size_t value{};
+};
+
+/**
+ * @brief `value` (an int, or a string as byte_size says) as a number of bytes.
+ * @throws py::type_error naming `name` for other objects; py::value_error naming `name` for a negative
+ *         int, a string that is no size, or a size past size_t.
+ */
+[[nodiscard]] std::size_t byte_size_argument(py::handle value, char const* name);
+
 template <class T>
 inline constexpr bool is_optional = false;
 template <class T>
@@ -77,6 +93,8 @@ template <class T>
     } else {
       return static_cast<T>(unsigned_argument(value, name, std::numeric_limits<T>::max()));
     }
+  } else if constexpr (std::same_as<T, byte_size>) {
+    return byte_size{byte_size_argument(value, name)};
   } else if constexpr (is_optional<T>) {
     if (value.is_none()) { return std::nullopt; }
     return convert_argument<typename T::value_type>(value, name);
@@ -104,6 +122,21 @@ template <class T>
 }  // namespace gpumem::python
 
 namespace pybind11::detail {
+
+/** @brief byte_size in signatures and stubs: "int | str" (loaded only through checked<>, which converts). */
+template <>
+struct type_caster<gpumem::python::byte_size> {
+  PYBIND11_TYPE_CASTER(gpumem::python::byte_size, const_name("int | str"));
+  bool load(handle source, bool /*convert*/)
+  {
+    value.value = gpumem::python::byte_size_argument(source, "size");
+    return true;
+  }
+  static handle cast(gpumem::python::byte_size const& source, return_value_policy /*policy*/, handle /*parent*/)
+  {
+    return PyLong_FromSize_t(source.value);
+  }
+};
 
 /** @brief Loads any object into a checked<T, Name>, converting it with convert_argument (it raises). */
 template <class T, gpumem::python::argument_name Name>

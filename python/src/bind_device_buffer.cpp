@@ -26,7 +26,10 @@
 #include "registry.hpp"
 
 #include <gpumem/buffer/device_buffer.hpp>
+#include <gpumem/cuda_device_id.hpp>
 #include <gpumem/device.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/prefetch.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/transfer.hpp>
 
@@ -34,6 +37,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace gpumem::python {
@@ -87,6 +91,26 @@ std::unique_ptr<py_device_buffer> make_buffer(py::handle current_resource_getter
   return result;
 }
 
+/**
+ * @brief RMM's to_device takes `const unsigned char[::1]`: a 1-D buffer of format 'B'.
+ * @throws py::value_error naming the format or the dimensions otherwise (RMM's checks); py::type_error (from
+ *         Python) for an object without the buffer protocol.
+ */
+void check_unsigned_bytes(py::handle data)
+{
+  py::memoryview const view{py::reinterpret_borrow<py::object>(data)};
+  std::string format = py::str(view.attr("format"));
+  if (!format.empty() && std::string_view{"@=<>!"}.find(format.front()) != std::string_view::npos) { format.erase(0, 1); }
+  if (format != "B") {
+    throw py::value_error("DeviceBuffer.to_device: data must be unsigned bytes (buffer format 'B'), got format '" +
+                          std::string{py::str(view.attr("format"))} + "' (view it as bytes: memoryview(data).cast('B'))");
+  }
+  auto const dimensions = view.attr("ndim").cast<int>();
+  if (dimensions != 1) {
+    throw py::value_error("DeviceBuffer.to_device: data must have 1 dimension, got " + std::to_string(dimensions));
+  }
+}
+
 /** @brief The __cuda_array_interface__ stream value of `stream` (1: legacy default, 2: per-thread default). */
 py::object interface_stream(cuda_stream_view stream)
 {
@@ -104,6 +128,7 @@ std::pair<std::int32_t, std::int32_t> dlpack_device(py_device_buffer const& self
 registration const buffers{binding_order::buffers, "device_buffer", [](py::module_& m) {
   // mr.get_current_device_resource: the Python object of the current resource (kept by the submodule).
   py::handle const current_resource = m.attr("mr").attr("get_current_device_resource");
+  py::handle const cuda_module = m.attr("cuda");  // kept by the module
 
   py::class_<py_device_buffer> cls(
     m, "DeviceBuffer",
@@ -128,6 +153,7 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
     [current_resource](py::handle data, py::handle stream, py::object mr) {
       held_stream const s = hold_stream(stream);
       host_buffer const view{data, access::read, 'C', "DeviceBuffer.to_device: data"};
+      check_unsigned_bytes(data);
       auto result = make_buffer(current_resource, view.size(), s, std::move(mr));
       {
         py::gil_scoped_release const release;
@@ -136,16 +162,101 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
       return result;
     },
     py::arg("data"), py::arg("stream") = py::none(), py::arg("mr") = py::none(),
-    "A new DeviceBuffer holding a copy of `data`, any C-contiguous buffer-protocol object (bytes, bytearray, "
-    "memoryview, a NumPy array: its bytes; not one holding Python objects: TypeError). Returns once the copy "
-    "is complete.");
+    "A new DeviceBuffer holding a copy of `data`: a 1-D C-contiguous buffer of unsigned bytes (bytes, bytearray, "
+    "a memoryview or NumPy array of format 'B'), as RMM requires; ValueError for another format or number of "
+    "dimensions (view other arrays as bytes first: memoryview(a).cast('B')). Returns once the copy is complete.");
   cls.def_property_readonly(
     "size", [](py_device_buffer const& self) { return self.buffer.size(); }, "The size in bytes.");
   cls.def_property_readonly(
     "nbytes", [](py_device_buffer const& self) { return self.buffer.size(); }, "The size in bytes (as size).");
-  cls.def_property_readonly(
+  cls.def(
     "capacity", [](py_device_buffer const& self) { return self.buffer.capacity(); },
-    "The bytes allocated (>= size; resize() to a smaller size keeps the capacity).");
+    "The bytes allocated (>= size; resize() to a smaller size keeps the capacity). A method, as RMM's.");
+  cls.def_property_readonly(
+    "stream",
+    [cuda_module](py_device_buffer const& self) -> py::object {
+      if (self.stream) { return self.stream; }
+      cuda_stream_view const stream = self.buffer.stream();
+      if (stream.is_default()) { return cuda_module.attr("Stream").attr("null"); }
+      return cuda_module.attr("ExternalStream")(to_int(stream.value()));
+    },
+    "The buffer's stream, on which its memory is freed: the stream object given (held by the buffer), or a "
+    "gpumem.cuda stream for one given as None (Stream.null) or an int (an ExternalStream).");
+  cls.def("__sizeof__", [](py_device_buffer const& self) { return self.buffer.size(); },
+          "The size in bytes (as RMM's sys.getsizeof reports it).");
+  cls.def(
+    "__bytes__",
+    [](py::object const& self) { return self.attr("tobytes")(); }, "The contents as bytes (bytes(buffer)).");
+  cls.def(
+    "__copy__", [](py::object const& self) { return self.attr("copy")(); },
+    "A deep copy, as copy() (RMM's copy.copy of a DeviceBuffer copies the memory).");
+  cls.def(py::pickle(
+    [](py::object const& self) { return py::make_tuple(self.attr("tobytes")()); },
+    [current_resource](py::tuple const& state) {
+      if (state.size() != 1 || !py::isinstance<py::bytes>(state[0])) {
+        throw py::value_error("DeviceBuffer: a pickled state must be a 1-tuple of bytes");
+      }
+      py::bytes const data = state[0];
+      std::string_view const view = data;
+      held_stream const s = hold_stream(py::none());
+      auto result = make_buffer(current_resource, view.size(), s, py::none());
+      py::gil_scoped_release const release;
+      upload(result->buffer.data(), view.data(), view.size(), s.view);
+      return result;
+    }));
+  cls.def(
+    "prefetch",
+    [](py_device_buffer const& self, py::handle device, py::handle stream) {
+      int const target = device.is_none() ? get_current_cuda_device().value() : device_argument(device, "device");
+      cuda_stream_view const s = stream.is_none() ? self.buffer.stream() : to_stream(stream);
+      py::gil_scoped_release const release;
+      try {
+        gpumem::prefetch(self.buffer.data(), self.buffer.size(), cuda_device_id{target}, s);
+      } catch (cuda_error const& e) {
+        if (e.code() != cudaErrorInvalidValue) { throw; }  // memory that is not managed: nothing to do, as RMM
+      }
+    },
+    py::arg("device") = py::none(), py::arg("stream") = py::none(),
+    "Migrates the buffer's memory to `device` (None: the current device) on `stream` (None: the buffer's "
+    "stream), for managed memory; a no-op for other memory, as RMM's.");
+  cls.def(
+    "copy_from_device",
+    [](py_device_buffer& self, py::handle cuda_ary, py::handle stream) {
+      cuda_stream_view const s = to_stream(stream);
+      if (!py::hasattr(cuda_ary, "__cuda_array_interface__")) {
+        throw py::value_error(
+          "DeviceBuffer.copy_from_device: cuda_ary must be an object with __cuda_array_interface__, not " +
+          type_name(cuda_ary));
+      }
+      py::dict const interface = cuda_ary.attr("__cuda_array_interface__");
+      py::tuple const shape = interface["shape"];
+      py::object const itemsize = py::module_::import("numpy").attr("dtype")(interface["typestr"]).attr("itemsize");
+      std::size_t const item = itemsize.cast<std::size_t>();
+      if (shape.size() > 1) {
+        throw py::value_error("DeviceBuffer.copy_from_device: only 1-D contiguous arrays are supported, got a " +
+                              std::to_string(shape.size()) + "-D array");
+      }
+      if (interface.contains("strides") && !interface["strides"].is_none()) {
+        py::tuple const strides = interface["strides"];
+        if (!strides.empty() && strides[0].cast<std::size_t>() != item) {
+          throw py::value_error("DeviceBuffer.copy_from_device: only 1-D contiguous arrays are supported, got a "
+                                "non-contiguous array");
+        }
+      }
+      std::size_t const bytes = (shape.empty() ? 1 : shape[0].cast<std::size_t>()) * item;
+      if (bytes > self.buffer.size()) {
+        throw py::value_error("DeviceBuffer.copy_from_device: the array has " + std::to_string(bytes) +
+                              " bytes, more than the buffer's " + std::to_string(self.buffer.size()));
+      }
+      void const* const source = to_pointer(py::tuple(interface["data"])[0]);
+      py::gil_scoped_release const release;
+      if (bytes == 0) { return; }
+      gpumem::memcpy_async(self.buffer.data(), source, bytes, s);
+      s.synchronize();
+    },
+    py::arg("cuda_ary"), py::arg("stream") = py::none(),
+    "Copies the bytes of `cuda_ary` (a 1-D contiguous object with __cuda_array_interface__, at most size bytes) "
+    "to the start of the buffer on `stream`, and waits for it. ValueError for other objects, as RMM.");
   cls.def_property_readonly(
     "ptr", [](py_device_buffer const& self) { return to_int(self.buffer.data()); },
     "The device address as an int (0 when nothing is allocated).");

@@ -10,6 +10,7 @@
 #include <gpumem/error.hpp>
 
 #include <new>
+#include <string>
 
 namespace gpumem::python {
 namespace {
@@ -38,13 +39,46 @@ bool set_gpumem_error(std::exception_ptr const& raised)
   return true;
 }
 
+/** @brief A new exception class `name` of the module, deriving from `bases` (a tuple), with `doc`. */
+py::object new_exception(py::module_& m, char const* name, py::tuple const& bases, char const* doc)
+{
+  std::string const qualified = std::string{py::str(m.attr("__name__"))} + "." + name;
+  PyObject* const type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases.ptr(), nullptr);
+  if (type == nullptr) { throw py::error_already_set(); }
+  auto result = py::reinterpret_steal<py::object>(type);
+  m.attr(name) = result;
+  return result;
+}
+
 registration const errors{binding_order::errors, "errors", [](py::module_& m) {
-  static py::exception<out_of_memory> const out_of_memory_error(m, "OutOfMemoryError", PyExc_MemoryError);
-  out_of_memory_error.doc() = "Device memory is exhausted, even after the resource's own retry. A MemoryError.";
-  static py::exception<cuda_error> const cuda_runtime_error(m, "CUDARuntimeError", PyExc_RuntimeError);
-  cuda_runtime_error.doc() = "A CUDA runtime call failed; .status is the cudaError_t code.";
-  out_of_memory_type = out_of_memory_error.ptr();
-  cuda_runtime_error_type = cuda_runtime_error.ptr();
+  // RMM's RMMError(errcode, msg): the base of gpumem's own errors, so that `except RMMError` catches them.
+  py::object const rmm_error = new_exception(
+    m, "RMMError", py::make_tuple(py::handle(PyExc_Exception)),
+    "The base of gpumem's errors, as RMM's rmm.RMMError: RMMError(errcode, msg) keeps .errcode (None for "
+    "gpumem's own errors: OutOfMemoryError, CUDARuntimeError).");
+  rmm_error.attr("errcode") = py::none();
+  PyObject* const rmm_type = rmm_error.ptr();  // the module holds it
+  rmm_error.attr("__init__") = py::cpp_function(
+    [rmm_type](py::handle self, py::args const& args) {
+      // RMMError(errcode, msg): .errcode and the message; any other form is Exception's.
+      bool const coded = args.size() == 2 && py::type::of(self).ptr() == rmm_type;
+      py::object const base_init = py::reinterpret_borrow<py::object>(PyExc_Exception).attr("__init__");
+      if (coded) {
+        self.attr("errcode") = args[0];
+        base_init(self, args[1]);
+      } else {
+        base_init(self, *args);
+      }
+    },
+    py::name("rmm_error_init"), py::is_method(rmm_error));
+  py::object const out_of_memory_error = new_exception(
+    m, "OutOfMemoryError", py::make_tuple(py::handle(PyExc_MemoryError), rmm_error),
+    "Device memory is exhausted, even after the resource's own retry. A MemoryError (and a gpumem.RMMError).");
+  py::object const cuda_runtime_error = new_exception(
+    m, "CUDARuntimeError", py::make_tuple(py::handle(PyExc_RuntimeError), rmm_error),
+    "A CUDA runtime call failed; .status is the cudaError_t code. A RuntimeError (and a gpumem.RMMError).");
+  out_of_memory_type = out_of_memory_error.inc_ref().ptr();  // kept for the life of the process
+  cuda_runtime_error_type = cuda_runtime_error.inc_ref().ptr();
   // Module-local: it runs first for exceptions from this module, before the global translators of other
   // pybind11 modules in the process (PyTorch's, for one), which must never see gpumem's types.
   py::register_local_exception_translator([](std::exception_ptr raised) {

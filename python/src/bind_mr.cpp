@@ -19,11 +19,13 @@
 // The GIL is released around allocate and deallocate (a pool may grow, a free may wait for the device).
 // Arguments are checked<> (arguments.hpp): a wrong type or value is a TypeError or ValueError naming it.
 #include "arguments.hpp"
+#include "bind_mr.hpp"
 #include "conversions.hpp"
 #include "interpreter.hpp"
 #include "registry.hpp"
 
 #include <gpumem/cuda_device_id.hpp>
+#include <gpumem/error.hpp>
 #include <gpumem/mr/arena_memory_resource.hpp>
 #include <gpumem/mr/binning_memory_resource.hpp>
 #include <gpumem/mr/cuda_async_memory_resource.hpp>
@@ -85,18 +87,6 @@ class named_logging_adaptor final : public device_memory_resource {
   mr::logging_resource_adaptor inner_;
 };
 
-/** @brief The Python object for a resource pointer: the existing wrapper when there is one, else a non-owning one. */
-py::object wrap(device_memory_resource* resource)
-{
-  return py::cast(resource, py::return_value_policy::reference);
-}
-
-/** @brief The resource a Python argument `name` names (None -> null). @throws py::type_error for other objects. */
-device_memory_resource* unwrap(py::handle resource, char const* name)
-{
-  return resource.is_none() ? nullptr : convert_argument<device_memory_resource*>(resource, name);
-}
-
 /**
  * @brief The C++ resource of `resource` (a DeviceMemoryResource) as a shared_ptr that holds a reference to
  * the Python object, for C++ code that keeps the resource past the call (the per-device registry, the plain
@@ -112,19 +102,6 @@ std::shared_ptr<device_memory_resource> shared_from_python(py::handle resource)
                                                    py::gil_scoped_acquire const gil;
                                                    Py_DECREF(held);
                                                  }};
-}
-
-/** @brief Adds upstream_mr / get_upstream() (RMM's names) to a class whose C++ type has upstream_resource(). */
-template <typename Class>
-void add_upstream(Class& cls)
-{
-  using resource = typename Class::type;
-  cls.def_property_readonly(
-    "upstream_mr", [](resource const& self) { return wrap(self.upstream_resource()); },
-    "The resource this one obtains its memory from (kept alive by this one).");
-  cls.def(
-    "get_upstream", [](resource const& self) { return wrap(self.upstream_resource()); },
-    "The resource this one obtains its memory from (RMM's get_upstream()).");
 }
 
 /** @brief The pool statistics every stream-ordered sub-allocator (pool, fixed size) reports. */
@@ -215,21 +192,35 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     sub, "CudaAsyncMemoryResource",
     "cudaMallocAsync from a memory pool this resource owns (the driver's stream-ordered sub-allocator; "
     "emulated on the host backend).")
-    .def(py::init([](checked<std::optional<std::size_t>, "initial_pool_size"> initial_pool_size,
+    .def(py::init([](checked<std::optional<byte_size>, "initial_pool_size"> initial_pool_size,
                      checked<std::optional<std::size_t>, "release_threshold"> release_threshold,
-                     checked<bool, "enable_ipc"> enable_ipc,
-                     checked<std::optional<std::size_t>, "maximum_pool_size"> maximum_pool_size) {
+                     checked<bool, "enable_ipc"> enable_ipc, checked<bool, "enable_fabric"> enable_fabric,
+                     checked<std::optional<byte_size>, "maximum_pool_size"> maximum_pool_size) {
            using handle = mr::cuda_async_memory_resource::allocation_handle_type;
-           std::optional<handle> const ipc =
-             enable_ipc.value ? std::optional<handle>{handle::posix_file_descriptor} : std::nullopt;
-           return std::make_unique<mr::cuda_async_memory_resource>(initial_pool_size.value, release_threshold.value,
-                                                                   ipc, maximum_pool_size.value);
+           if (enable_ipc.value && enable_fabric.value) {
+             throw py::value_error("CudaAsyncMemoryResource: enable_ipc and enable_fabric together are not supported "
+                                   "(choose one handle type)");
+           }
+           std::optional<handle> const export_type =
+             enable_ipc.value      ? std::optional<handle>{handle::posix_file_descriptor}
+             : enable_fabric.value ? std::optional<handle>{handle::fabric}
+                                   : std::nullopt;
+           auto const bytes = [](std::optional<byte_size> const& size) {
+             return size ? std::optional<std::size_t>{size->value} : std::nullopt;
+           };
+           return std::make_unique<mr::cuda_async_memory_resource>(bytes(initial_pool_size.value), release_threshold.value,
+                                                                   export_type, bytes(maximum_pool_size.value));
          }),
          py::arg("initial_pool_size") = py::none(), py::arg("release_threshold") = py::none(),
-         py::arg("enable_ipc") = false, py::arg("maximum_pool_size") = py::none(),
-         "A pool on the current device. initial_pool_size: bytes reserved at once; release_threshold: bytes kept "
-         "cached at synchronisation points (default: all); enable_ipc: exportable as POSIX file descriptors; "
-         "maximum_pool_size: a cap. Raises CUDARuntimeError where the device has no memory pools.")
+         py::arg("enable_ipc") = false, py::arg("enable_fabric") = false, py::arg("maximum_pool_size") = py::none(),
+         "A pool on the current device. initial_pool_size: bytes reserved at once (an int, or a string such as "
+         "\"4MiB\"); release_threshold: bytes kept cached at synchronisation points (default: all); enable_ipc: "
+         "exportable as POSIX file descriptors; enable_fabric: exportable as fabric handles (not with enable_ipc); "
+         "maximum_pool_size: a cap. Raises CUDARuntimeError (cudaErrorNotSupported) naming the device where it has "
+         "no memory pools, or no fabric handles when enable_fabric is set (never on the host backend).")
+    .def(
+      "pool_handle", [](mr::cuda_async_memory_resource const& self) { return to_int(self.pool_handle()); },
+      "The cudaMemPool_t this resource owns, as an int (for CudaAsyncViewMemoryResource).")
     .def(
       "trim",
       [](mr::cuda_async_memory_resource& self, checked<std::size_t, "keep_bytes"> keep_bytes) {
@@ -245,15 +236,18 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     "A coalescing best-fit pool over an upstream resource: grows by doubling (up to maximum_pool_size), "
     "splits blocks on allocation and coalesces them on deallocation. Keeps `upstream` alive.");
   pool.def(py::init([](checked<device_memory_resource*, "upstream"> upstream,
-                       checked<std::optional<std::size_t>, "initial_pool_size"> initial_pool_size,
-                       checked<std::optional<std::size_t>, "maximum_pool_size"> maximum_pool_size) {
+                       checked<std::optional<byte_size>, "initial_pool_size"> initial_pool_size,
+                       checked<std::optional<byte_size>, "maximum_pool_size"> maximum_pool_size) {
+             std::size_t const initial = initial_pool_size.value ? initial_pool_size.value->value : 0;
+             std::optional<std::size_t> const maximum =
+               maximum_pool_size.value ? std::optional<std::size_t>{maximum_pool_size.value->value} : std::nullopt;
              py::gil_scoped_release const release;  // the initial pool is allocated from the upstream
-             return std::make_unique<mr::pool_memory_resource>(upstream.value, initial_pool_size.value.value_or(0),
-                                                               maximum_pool_size.value);
+             return std::make_unique<mr::pool_memory_resource>(upstream.value, initial, maximum);
            }),
            py::arg("upstream"), py::arg("initial_pool_size") = py::none(), py::arg("maximum_pool_size") = py::none(),
            py::keep_alive<1, 2>(),
-           "A pool over `upstream`. initial_pool_size: bytes obtained at once (None or 0: on first use); "
+           "A pool over `upstream`. Sizes are ints or strings such as \"4MiB\". initial_pool_size: bytes obtained at "
+           "once (None or 0: on first use); "
            "maximum_pool_size: the most the pool may hold (None: no limit). Raises ValueError if the initial "
            "size exceeds the maximum, OutOfMemoryError if the initial pool cannot be had.");
   pool.def_property_readonly(
@@ -332,15 +326,17 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     "A global arena taken from the upstream at construction, served through per-thread arenas of "
     "superblocks (low fragmentation under many threads). Keeps `upstream` alive.");
   arena.def(py::init([](checked<device_memory_resource*, "upstream"> upstream,
-                        checked<std::optional<std::size_t>, "arena_size"> arena_size,
+                        checked<std::optional<byte_size>, "arena_size"> arena_size,
                         checked<bool, "dump_log_on_failure"> dump_log_on_failure) {
+              std::optional<std::size_t> const size =
+                arena_size.value ? std::optional<std::size_t>{arena_size.value->value} : std::nullopt;
               py::gil_scoped_release const release;
-              return std::make_unique<mr::arena_memory_resource>(upstream.value, arena_size.value,
+              return std::make_unique<mr::arena_memory_resource>(upstream.value, size,
                                                                  dump_log_on_failure.value);
             }),
             py::arg("upstream"), py::arg("arena_size") = py::none(), py::arg("dump_log_on_failure") = false,
             py::keep_alive<1, 2>(),
-            "An arena of `arena_size` bytes (None: half the device's free memory; at least 1 MiB) from "
+            "An arena of `arena_size` bytes (an int, or a string such as \"1GiB\"; None: half the device's free memory; at least 1 MiB) from "
             "`upstream`. dump_log_on_failure: write the arena's state to stderr when an allocation fails.");
   arena.def_property_readonly("arena_size", &mr::arena_memory_resource::arena_size,
                               "Bytes of the global arena taken from the upstream.");
@@ -370,14 +366,16 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
   add_pool_statistics(fixed);
 
   py::class_<mr::binning_memory_resource, device_memory_resource> binning(
-    sub, "BinningMemoryResource",
+    sub, "BinningMemoryResource", py::dynamic_attr(),
     "Sends each request to the smallest bin that fits it, or to the upstream when none does. Keeps "
     "`upstream` and every bin resource alive.");
   binning.def(py::init([](checked<device_memory_resource*, "upstream"> upstream,
                           checked<std::optional<int>, "min_size_exponent"> min_size_exponent,
                           checked<std::optional<int>, "max_size_exponent"> max_size_exponent) {
-                auto const& min = min_size_exponent.value;
-                auto const& max = max_size_exponent.value;
+                // RMM spells "no bins" -1 as well as leaving them out.
+                auto const none_if_minus_one = [](std::optional<int> e) { return e == -1 ? std::nullopt : e; };
+                auto const min = none_if_minus_one(min_size_exponent.value);
+                auto const max = none_if_minus_one(max_size_exponent.value);
                 if (min.has_value() != max.has_value()) {
                   throw py::value_error("BinningMemoryResource: give both min_size_exponent and max_size_exponent, or neither");
                 }
@@ -390,13 +388,25 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
               "`upstream`) when both are given; otherwise no bins until add_bin().");
   binning.def(
     "add_bin",
-    [](mr::binning_memory_resource& self, checked<std::size_t, "allocation_size"> allocation_size,
+    [](py::object const& self_object, checked<std::size_t, "allocation_size"> allocation_size,
        py::handle bin_resource) {
+      auto& self = self_object.cast<mr::binning_memory_resource&>();
       self.add_bin(allocation_size.value, unwrap(bin_resource, "bin_resource"));
+      if (!bin_resource.is_none()) {  // RMM's bin_mrs: the resources given, in order
+        if (!py::hasattr(self_object, "_bin_mrs")) { self_object.attr("_bin_mrs") = py::list(); }
+        self_object.attr("_bin_mrs").attr("append")(bin_resource);
+      }
     },
     py::arg("allocation_size"), py::arg("bin_resource") = py::none(), py::keep_alive<1, 3>(),
-    "Adds a bin for requests up to `allocation_size` bytes, served by `bin_resource` (kept alive), or by a "
-    "new FixedSizeMemoryResource over the upstream when None. Raises ValueError once requests were served.");
+    "Adds a bin for requests up to `allocation_size` bytes (rounded up to 256), served by `bin_resource` (kept "
+    "alive), or by a new FixedSizeMemoryResource over the upstream when None. When a bin of that size exists, "
+    "nothing changes (as RMM). Raises ValueError once requests were served.");
+  binning.def_property_readonly(
+    "bin_mrs",
+    [](py::object const& self_object) {
+      return py::hasattr(self_object, "_bin_mrs") ? py::list(self_object.attr("_bin_mrs")) : py::list();
+    },
+    "The bin resources given to add_bin, in order (RMM's bin_mrs).");
   binning.def_property_readonly("bin_sizes", &mr::binning_memory_resource::bin_sizes, "The bins' sizes, ascending.");
   add_upstream(binning);
 
@@ -434,13 +444,18 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     "get_upstream", [](named_logging_adaptor& self) { return wrap(self.inner().upstream_resource()); },
     "The resource this adaptor forwards to (RMM's get_upstream()).");
 
-  // RMM's Statistics record.
-  py::object const statistics_type = py::module_::import("collections").attr("namedtuple")(
-    "Statistics", py::make_tuple("current_bytes", "current_count", "peak_bytes", "peak_count", "total_bytes", "total_count"));
-  statistics_type.attr("__module__") = "gpumem.mr";
+  // RMM's Statistics record: a dataclass (rmm.statistics.Statistics), compared and printed by its fields.
+  py::object const int_type = py::module_::import("builtins").attr("int");
+  py::list fields;
+  for (char const* field : {"current_bytes", "current_count", "peak_bytes", "peak_count", "total_bytes", "total_count"}) {
+    fields.append(py::make_tuple(field, int_type));
+  }
+  py::object const statistics_type = py::module_::import("dataclasses").attr("make_dataclass")("Statistics", fields);
+  statistics_type.attr("__module__") = "gpumem.statistics";
   statistics_type.attr("__doc__") =
-    "Counters of a StatisticsResourceAdaptor scope: bytes and allocation counts, current, peak and total "
-    "(sizes as requested).";
+    "Counters of a StatisticsResourceAdaptor scope (RMM's rmm.statistics.Statistics, a dataclass): bytes and "
+    "allocation counts, current, peak and total (sizes as requested). A popped scope's current values can be "
+    "negative (memory it freed that an outer scope allocated).";
   sub.attr("Statistics") = statistics_type;
   py::handle const statistics = statistics_type;  // the submodule keeps it alive
 
@@ -464,9 +479,15 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     "Opens a scope whose counters start at zero; returns the counters of the scope that was innermost.");
   stats.def(
     "pop_counters",
-    [statistics](mr::statistics_resource_adaptor& self) { return to_statistics(statistics, self.pop_counters()); },
-    "Closes the innermost scope, folds it into its parent and returns its counters. Raises ValueError if no "
-    "scope was pushed.");
+    [statistics](mr::statistics_resource_adaptor& self) {
+      try {
+        return to_statistics(statistics, self.pop_counters());
+      } catch (logic_error const&) {  // RMM raises IndexError here (its C++ out_of_range)
+        throw py::index_error("cannot pop the last counter pair: pop_counters without a matching push_counters");
+      }
+    },
+    "Closes the innermost scope, folds it into its parent and returns its counters. Raises IndexError "
+    "(\"cannot pop the last counter pair\", as RMM) if no scope was pushed.");
   add_upstream(stats);
 
   py::class_<mr::tracking_resource_adaptor, device_memory_resource> tracking(

@@ -545,6 +545,54 @@ def _with_statistics(name):
     return call
 
 
+# ---- RMM's names: gpumem top level, gpumem.mr, gpumem.statistics --------------------------------------------
+
+case("gpumem.is_initialized")(lambda: (gpumem.is_initialized, {}))
+case("gpumem.register_reinitialize_hook")(lambda: (restoring(
+    gpumem.register_reinitialize_hook, lambda: gpumem.unregister_reinitialize_hook(print)), dict(func=print)))
+case("gpumem.unregister_reinitialize_hook")(lambda: (gpumem.unregister_reinitialize_hook, dict(func=print)))
+case("gpumem.enable_logging")(lambda: (restoring(gpumem.enable_logging, gpumem.disable_logging),
+                                       dict(log_file_name=os.devnull)))
+for _name in ("disable_logging", "get_log_filenames", "flush_logger", "get_flush_level", "get_logging_level"):
+    case(f"gpumem.{_name}")(lambda n=_name: (getattr(gpumem, n), {}))
+case("gpumem.set_logging_level")(lambda previous=gpumem.get_logging_level(): (restoring(
+    gpumem.set_logging_level, lambda: gpumem.set_logging_level(previous)), dict(level=gpumem.level_enum.warn)))
+case("gpumem.set_flush_level")(lambda previous=gpumem.get_flush_level(): (restoring(
+    gpumem.set_flush_level, lambda: gpumem.set_flush_level(previous)), dict(level=gpumem.level_enum.trace)))
+case("gpumem.should_log")(lambda: (gpumem.should_log, dict(level=gpumem.level_enum.info)))
+case("gpumem.DeviceBuffer.capacity")(lambda: (gpumem.DeviceBuffer(8).capacity, {}))
+case("gpumem.DeviceBuffer.copy_from_device")(
+    lambda: (gpumem.DeviceBuffer(8).copy_from_device, dict(cuda_ary=gpumem.DeviceBuffer(4), stream=None)))
+case("gpumem.DeviceBuffer.prefetch")(lambda: (gpumem.DeviceBuffer(8).prefetch, dict(device=None, stream=None)))
+case("gpumem.mr.CallbackMemoryResource")(lambda: (mr.CallbackMemoryResource, dict(
+    allocate_func=lambda nbytes, stream: 0, deallocate_func=lambda ptr, nbytes, stream: None)))
+case("gpumem.mr.CudaAsyncMemoryResource.pool_handle")(lambda: (mr.CudaAsyncMemoryResource().pool_handle, {}))
+case("gpumem.mr.CudaAsyncViewMemoryResource")(
+    lambda: (mr.CudaAsyncViewMemoryResource, dict(pool_handle=mr.default_memory_pool())))
+case("gpumem.mr.CudaAsyncViewMemoryResource.pool_handle")(
+    lambda: (mr.CudaAsyncViewMemoryResource(mr.default_memory_pool()).pool_handle, {}))
+case("gpumem.mr.PrefetchResourceAdaptor")(lambda: (mr.PrefetchResourceAdaptor, dict(upstream=mr.ManagedMemoryResource())))
+case("gpumem.mr.PrefetchResourceAdaptor.get_upstream")(
+    lambda: (mr.PrefetchResourceAdaptor(mr.ManagedMemoryResource()).get_upstream, {}))
+case("gpumem.mr.SystemMemoryResource", allowed=(gpumem.CUDARuntimeError,))(lambda: (mr.SystemMemoryResource, {}))
+case("gpumem.mr.available_device_memory")(lambda: (mr.available_device_memory, {}))
+case("gpumem.mr.get_current_device_resource_type")(lambda: (mr.get_current_device_resource_type, {}))
+case("gpumem.mr.get_per_device_resource_type")(lambda: (mr.get_per_device_resource_type, dict(device=0)))
+case("gpumem.mr.default_memory_pool")(lambda: (mr.default_memory_pool, dict(device=None)))
+case("gpumem.mr.is_system_memory_supported")(lambda: (mr.is_system_memory_supported, dict(device=None)))
+case("gpumem.statistics.ProfilerRecords")(lambda: (gpumem.statistics.ProfilerRecords, {}))
+case("gpumem.statistics.ProfilerRecords.Data")(lambda: (gpumem.statistics.ProfilerRecords.Data, dict(
+    num_calls=1, memory_total=2, memory_peak=2)))
+case("gpumem.statistics.ProfilerRecords.add")(lambda: (gpumem.statistics.ProfilerRecords().add, dict(
+    name="block", data=mr.Statistics(1, 1, 1, 1, 1, 1))))
+case("gpumem.statistics.ProfilerRecords.pretty_print")(
+    lambda: (gpumem.statistics.ProfilerRecords().pretty_print, dict(ordered_by="memory_peak")))
+case("gpumem.statistics.get_descriptive_name_of_object")(
+    lambda: (gpumem.statistics.get_descriptive_name_of_object, dict(obj=public_api)))
+case("gpumem.statistics.profiler")(lambda: (gpumem.statistics.profiler, dict(
+    records=gpumem.statistics.ProfilerRecords(), name="block")))
+
+
 # The plug-ins refuse the host backend with a RuntimeError naming it (documented; they would hand host
 # memory to a GPU library), after checking nothing else.
 case("gpumem.allocators.cupy_allocator", allowed=(RuntimeError,))(
@@ -555,7 +603,7 @@ case("gpumem.allocators.torch_allocator_library_path")(lambda: (gpumem.allocator
 
 # Not swept: these take no arguments and return data (enum, exception and record types), or are context
 # protocol halves swept together above.
-NOT_CALLABLE_API = {"gpumem.BufferState", "gpumem.CUDARuntimeError", "gpumem.OutOfMemoryError", "gpumem.mr.Statistics",
+NOT_CALLABLE_API = {"gpumem.BufferState", "gpumem.RMMError", "gpumem.level_enum", "gpumem.CUDARuntimeError", "gpumem.OutOfMemoryError", "gpumem.mr.Statistics",
                     "gpumem.cuda.BaseMemory", "gpumem.cuda.Graph", "gpumem.cuda.PooledMemory",
                     "gpumem.cuda.PooledPinnedMemory", "gpumem.UnifiedDeviceView", "gpumem.mr.DeviceMemoryResource"}
 NOT_CALLABLE_API |= {"gpumem.BufferNotAllocatedError", "gpumem.PoolStatistics"}

@@ -48,8 +48,8 @@ def test_reinitialize_managed_and_logging(tmp_path):
 
 def test_reinitialize_rejects_bad_arguments_and_changes_nothing():
     before = mr.get_current_device_resource()
-    with pytest.raises(ValueError, match="need pool_allocator=True"):
-        gpumem.reinitialize(initial_pool_size=1 << 20)
+    with pytest.raises(ValueError, match="initial_pool_size"):
+        gpumem.reinitialize(pool_allocator=True, initial_pool_size="lots")
     with pytest.raises(ValueError, match="devices names 999, which is not a device"):
         gpumem.reinitialize(devices=[0, 999])
     with pytest.raises(ValueError, match="is empty"):
@@ -102,7 +102,7 @@ def test_nested_statistics_push_and_pop_scopes():
     assert mr.get_current_device_resource() is adaptor
     assert statistics.push_statistics().current_bytes == 150
     assert statistics.pop_statistics().current_bytes == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(IndexError, match="cannot pop the last counter pair"):  # as RMM
         statistics.pop_statistics()
     del outer, inner
 

@@ -63,6 +63,10 @@ class device_scope {
   bool changed_{};
 };
 
+/// The driver's CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, which the runtime's enum lists only as
+/// cudaDevAttrReserved128; cudaDeviceGetAttribute passes it to the driver.
+constexpr auto fabric_handles_attribute = static_cast<cudaDeviceAttr>(128);
+
 cudaStreamCaptureMode to_cuda(capture_mode mode)
 {
   switch (mode) {
@@ -117,6 +121,16 @@ class cuda_backend final : public backend {
     std::array<char, 32> bus{};
     GPUMEM_CUDA_TRY(cudaDeviceGetPCIBusId(bus.data(), static_cast<int>(bus.size()), device));
     p.pci_bus_id = bus.data();
+    int pageable = 0;
+    GPUMEM_CUDA_TRY(cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, device));
+    p.pageable_memory_access = pageable != 0;
+    int fabric = 0;
+    // A driver that does not know the attribute has no fabric handles: that is an answer, not a failure.
+    if (cudaDeviceGetAttribute(&fabric, fabric_handles_attribute, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      fabric = 0;
+    }
+    p.fabric_handles_supported = fabric != 0;
     return p;
   }
 

@@ -30,9 +30,7 @@ void binning_memory_resource::add_bin(std::size_t allocation_size, device_memory
   }
   auto const size = detail::checked_align_up(allocation_size, detail::allocation_alignment);
   if (allocation_size == 0 || !size) { throw logic_error(where + ": the bin size must be positive and fit size_t"); }
-  if (bins_.contains(*size)) {
-    throw logic_error(where + ": a bin of " + std::to_string(*size) + " bytes exists already");
-  }
+  if (bins_.contains(*size)) { return; }  // as RMM: the bin that exists stays, whichever resource was given
   if (bin_resource == nullptr) {
     try {
       owned_bins_.push_back(std::make_unique<fixed_size_memory_resource>(

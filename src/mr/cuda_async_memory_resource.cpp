@@ -93,7 +93,20 @@ cudaMemPool_t create_pool(std::optional<std::size_t> initial, std::optional<cuda
                                               backend.properties(device).name +
                                               ") does not support stream-ordered memory pools (cudaMallocAsync)");
   }
-  return backend.mempool_create(device, to_backend(type), maximum.value_or(0));
+  bool const fabric = type == cuda_async_memory_resource::allocation_handle_type::fabric;
+  std::string const device_text = "device " + std::to_string(device) + " (" + backend.properties(device).name + ")";
+  if (fabric && !backend.properties(device).fabric_handles_supported) {
+    throw cuda_error(cudaErrorNotSupported, device_text + " cannot export fabric handles (the driver's "
+                                              "CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED is 0), so its pool "
+                                              "cannot be made with the fabric handle type");
+  }
+  try {
+    return backend.mempool_create(device, to_backend(type), maximum.value_or(0));
+  } catch (cuda_error const& e) {
+    if (!fabric) { throw; }
+    throw cuda_error(e.code(), device_text + ": a pool with fabric handles could not be made (fabric handles "
+                                              "need the IMEX service where the system has one): " + e.what());
+  }
 }
 
 }  // namespace

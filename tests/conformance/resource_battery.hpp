@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -66,6 +67,11 @@ class resource_battery : public ::testing::Test {
  protected:
   void SetUp() override
   {
+    // optional: static std::optional<std::string> unsupported(); a reason skips the battery (a resource the
+    // device cannot have, e.g. system memory without HMM/ATS).
+    if constexpr (requires { Factory::unsupported(); }) {
+      if (auto const reason = Factory::unsupported()) { GTEST_SKIP() << *reason; }
+    }
     resource_ = Factory::make();
     ASSERT_NE(resource_, nullptr);
   }

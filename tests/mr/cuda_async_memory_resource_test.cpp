@@ -189,5 +189,33 @@ TEST(cuda_async_view_memory_resource, default_pool_with_maximum_release_threshol
   EXPECT_THROW(mr::set_release_threshold(nullptr, 0), logic_error);
 }
 
+TEST(cuda_async_memory_resource, the_fabric_handle_type_is_refused_clearly_where_the_device_lacks_it)
+{
+  using handle = mr::cuda_async_memory_resource::allocation_handle_type;
+  detail::backend& backend = detail::get_backend();
+  int const device = backend.current_device();
+  if (backend.properties(device).fabric_handles_supported) {
+    try {
+      mr::cuda_async_memory_resource r{std::nullopt, std::nullopt, handle::fabric};
+      void* const p = r.allocate(4096);
+      r.deallocate(p, 4096);
+    } catch (cuda_error const& e) {  // the device has fabric handles, but the system may not serve them
+      std::string const what = e.what();
+      EXPECT_NE(what.find("device " + std::to_string(device)), std::string::npos) << what;
+      EXPECT_NE(what.find("fabric"), std::string::npos) << what;
+    }
+    return;
+  }
+  try {
+    mr::cuda_async_memory_resource r{std::nullopt, std::nullopt, handle::fabric};
+    FAIL() << "a fabric pool was made on a device without fabric handles";
+  } catch (cuda_error const& e) {
+    EXPECT_EQ(e.code(), cudaErrorNotSupported);
+    std::string const what = e.what();
+    EXPECT_NE(what.find("device " + std::to_string(device)), std::string::npos) << what;
+    EXPECT_NE(what.find("fabric"), std::string::npos) << what;
+  }
+}
+
 }  // namespace
 }  // namespace gpumem::test

@@ -57,6 +57,12 @@ struct device_properties {
   bool managed_memory_supported{};      ///< cudaMallocManaged
   bool concurrent_managed_access{};     ///< managed memory usable on device and host at once
   std::string pci_bus_id;               ///< "0000:3b:00.0"; empty under the host backend
+  /// the device can access pageable host memory (HMM or ATS: cudaDevAttrPageableMemoryAccess), so
+  /// system_memory_resource works; true under the host backend, whose device memory is host memory
+  bool pageable_memory_access{};
+  /// memory pools can export fabric handles (cudaDevAttrHandleTypeFabricSupported); false under the host
+  /// backend, which has no fabric
+  bool fabric_handles_supported{};
 };
 
 /** @brief Free and total bytes of a device, as cudaMemGetInfo reports them. */

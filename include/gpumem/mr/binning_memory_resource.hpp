@@ -63,9 +63,11 @@ class GPUMEM_EXPORT binning_memory_resource final : public device_memory_resourc
    * @param bin_resource serves the bin; null makes an owned fixed_size_memory_resource over the upstream
    *        (blocks of the bin's size, default batches, nothing preallocated). A caller's resource must
    *        outlive this one.
-   * @throws gpumem::logic_error if allocation_size is 0 or overflows when rounded up to 256, a bin of that
-   *         (rounded) size exists, an owned bin's batch of blocks would overflow size_t, or the resource has
-   *         already served a request (each message names the size).
+   * When a bin of that (rounded) size exists, nothing changes (as RMM documents): the existing bin keeps
+   * serving, and `bin_resource` is not used.
+   * @throws gpumem::logic_error if allocation_size is 0 or overflows when rounded up to 256, an owned bin's
+   *         batch of blocks would overflow size_t, or the resource has already served a request (each message
+   *         names the size).
    */
   void add_bin(std::size_t allocation_size, device_memory_resource* bin_resource = nullptr);
 

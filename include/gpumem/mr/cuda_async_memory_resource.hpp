@@ -32,7 +32,9 @@ class GPUMEM_EXPORT cuda_async_memory_resource final : public cuda_async_view_me
    *        (UINT64_MAX), so freed memory is reused instead of returned to the device.
    * @param export_handle_type sharing with other processes; default none.
    * @param maximum_pool_size a cap on the pool's reserved bytes (not 0); default: no cap.
-   * @throws gpumem::cuda_error (cudaErrorNotSupported) naming the device when it has no memory pools.
+   * @throws gpumem::cuda_error (cudaErrorNotSupported) naming the device when it has no memory pools, or
+   *         when `export_handle_type` is fabric and the device cannot export fabric handles (never on the
+   *         host backend).
    * @throws gpumem::logic_error if initial_pool_size overflows when rounded up to 256, maximum_pool_size is 0,
    *         or initial_pool_size exceeds maximum_pool_size (each naming the option and its value).
    * @throws gpumem::out_of_memory if the initial size cannot be reserved.

@@ -18,6 +18,10 @@ to the whole program::
     from numba import cuda
     cuda.set_memory_manager(gpumem.allocators.GpumemNumbaMemoryManager)
 
+RMM's names work too, where RMM puts them: ``gpumem.allocators.cupy.rmm_cupy_allocator``,
+``gpumem.allocators.torch.rmm_torch_allocator`` (the pluggable allocator object, or None where PyTorch or a
+CUDA device is missing, as RMM's) and ``gpumem.allocators.numba.RMMNumbaManager``.
+
 Importing this package imports none of CuPy, PyTorch or Numba: each is imported when first used
 (``GpumemNumbaMemoryManager`` is loaded on first access, since it subclasses a Numba class).
 
@@ -26,7 +30,7 @@ which no GPU library can use, and they raise RuntimeError saying so.
 """
 
 from .. import cuda as _cuda
-from .cupy import cupy_allocator
+from .cupy import cupy_allocator, rmm_cupy_allocator
 from .torch import torch_allocator, torch_allocator_library_path
 
 _cuda_backend_checked = False
@@ -53,7 +57,7 @@ def _require_cuda_backend(client):
     _cuda_backend_checked = True
 
 
-_NUMBA_NAMES = ("GpumemNumbaMemoryManager", "_numba_memory_manager")
+_NUMBA_NAMES = ("GpumemNumbaMemoryManager", "RMMNumbaManager", "_numba_memory_manager")
 
 
 def __getattr__(name):
@@ -66,4 +70,4 @@ def __getattr__(name):
 
 
 # GpumemNumbaMemoryManager is left out: `from gpumem.allocators import *` must not need Numba.
-__all__ = ["cupy_allocator", "torch_allocator", "torch_allocator_library_path"]
+__all__ = ["cupy_allocator", "rmm_cupy_allocator", "torch_allocator", "torch_allocator_library_path"]

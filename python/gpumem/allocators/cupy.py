@@ -7,7 +7,8 @@ current stream, and is freed on that same stream when CuPy drops the memory (as 
 first is safe. Work on other streams must be ordered after that stream by the program, as with CuPy's own
 stream-ordered allocator.
 
-CuPy is imported on the first call, not when gpumem is.
+CuPy is imported on the first call, not when gpumem is. ``rmm_cupy_allocator`` is the same function under
+RMM's name (``rmm.allocators.cupy.rmm_cupy_allocator``).
 """
 
 from .. import DeviceBuffer
@@ -41,3 +42,7 @@ def cupy_allocator(nbytes):
         buffer = DeviceBuffer(nbytes, stream=stream)  # the buffer holds the stream object until it frees
     memory = cupy.cuda.UnownedMemory(buffer.ptr, nbytes, buffer, device_id)
     return cupy.cuda.MemoryPointer(memory, 0)
+
+
+rmm_cupy_allocator = cupy_allocator
+"""RMM's name for ``cupy_allocator``: ``cupy.cuda.set_allocator(rmm_cupy_allocator)``."""

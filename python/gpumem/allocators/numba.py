@@ -89,5 +89,8 @@ class GpumemNumbaMemoryManager(GetIpcHandleMixin, HostOnlyCUDAMemoryManager):
         return 1
 
 
+RMMNumbaManager = GpumemNumbaMemoryManager
+"""RMM's name for the plug-in (``rmm.allocators.numba.RMMNumbaManager``)."""
+
 # NUMBA_CUDA_MEMORY_MANAGER=<module> makes Numba read <module>._numba_memory_manager.
 _numba_memory_manager = GpumemNumbaMemoryManager

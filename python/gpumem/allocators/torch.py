@@ -25,7 +25,10 @@ must be ordered by the program (synchronise before the tensor is dropped). ``tor
 ``torch.cuda.memory._snapshot`` are not available with a pluggable allocator; ask gpumem's resources
 (a ``StatisticsResourceAdaptor``, a ``LoggingResourceAdaptor``) instead.
 
-PyTorch is imported by ``torch_allocator()``, not when gpumem is.
+PyTorch is imported by ``torch_allocator()``, not when gpumem is. ``rmm_torch_allocator`` is RMM's name
+(``rmm.allocators.torch.rmm_torch_allocator``): the allocator object itself, made on first access, or None
+where PyTorch is not installed, sees no CUDA device, or gpumem is not on its cuda backend (as RMM's is None
+without PyTorch or CUDA).
 """
 
 import ctypes
@@ -113,3 +116,34 @@ def torch_allocator():
     from torch.cuda.memory import CUDAPluggableAllocator
 
     return CUDAPluggableAllocator(path, ALLOC_FUNCTION, FREE_FUNCTION)
+
+
+_rmm_torch_allocator = None
+_rmm_torch_allocator_made = False
+
+
+def _make_rmm_torch_allocator():
+    """RMM's rmm_torch_allocator: torch_allocator(), or None where PyTorch or a CUDA device is missing."""
+    global _rmm_torch_allocator, _rmm_torch_allocator_made
+    with _lock:
+        if _rmm_torch_allocator_made:
+            return _rmm_torch_allocator
+    try:
+        import torch.cuda
+    except ImportError:
+        allocator = None
+    else:
+        from .. import cuda as _cuda
+
+        usable = torch.cuda.is_available() and _cuda.get_backend() == "cuda"
+        allocator = torch_allocator() if usable else None
+    with _lock:
+        _rmm_torch_allocator, _rmm_torch_allocator_made = allocator, True
+    return allocator
+
+
+def __getattr__(name):
+    """``rmm_torch_allocator`` (RMM's name), made on first access."""
+    if name == "rmm_torch_allocator":
+        return _make_rmm_torch_allocator()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -125,6 +125,8 @@ class host_backend final : public backend {
     p.memory_pools_supported = true;
     p.managed_memory_supported = true;
     p.concurrent_managed_access = true;
+    p.pageable_memory_access = true;  // the emulated device's memory is host memory
+    p.fabric_handles_supported = false;
     return p;
   }
 
