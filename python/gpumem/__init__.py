@@ -44,6 +44,13 @@ from ._gpumem import (  # noqa: F401  (re-exported)
     zeros,
 )
 
+from ._keyword_aliases import accept_aliases as _accept_aliases  # noqa: E402
+
+# RMM's keyword names for DeviceBuffer's copies, beside gpumem's.
+_accept_aliases(DeviceBuffer, "to_device", {"b": "data"})
+_accept_aliases(DeviceBuffer, "copy_from_host", {"ary": "data"})
+_accept_aliases(DeviceBuffer, "copy_to_host", {"ary": "out"})
+
 from . import cuda  # noqa: E402,F401  (gpumem.cuda: devices, streams, events, graphs; CuPy's names)
 from . import mr  # noqa: E402,F401  (gpumem.mr: the memory resources; RMM's names)
 from . import statistics  # noqa: E402,F401  (gpumem.statistics: RMM's rmm.statistics)

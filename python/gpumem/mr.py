@@ -64,6 +64,24 @@ from ._gpumem.mr import (  # noqa: F401  (re-exported)
 )
 from ._resource_logging import disable_logging, enable_logging, get_log_filenames  # noqa: E402,F401
 
+from ._keyword_aliases import accept_aliases  # noqa: E402
+
+# RMM names the upstream `upstream_mr`: calls that pass it by that keyword run unchanged.
+for _resource in (
+    ArenaMemoryResource,
+    BinningMemoryResource,
+    FailureCallbackResourceAdaptor,
+    FixedSizeMemoryResource,
+    LimitingResourceAdaptor,
+    LoggingResourceAdaptor,
+    PoolMemoryResource,
+    PrefetchResourceAdaptor,
+    StatisticsResourceAdaptor,
+    TrackingResourceAdaptor,
+):
+    accept_aliases(_resource, "__init__", {"upstream_mr": "upstream"})
+del _resource
+
 
 def get_per_device_resource_type(device: int) -> type:
     """The class of device `device`'s resource (RMM's get_per_device_resource_type). Raises ValueError for an

@@ -514,3 +514,23 @@ def test_rmm_numba_manager_with_numba():
         "assert (d.copy_to_host() == np.arange(1000)).all()\n"
         "assert statistics.get_statistics().current_bytes >= 8000\n")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rmms_keyword_names_are_accepted_beside_gpumems():
+    upstream = mr.CudaMemoryResource()
+    pool = mr.PoolMemoryResource(upstream_mr=upstream, initial_pool_size="1MiB")
+    assert pool.upstream_mr is upstream
+    for adaptor in (mr.StatisticsResourceAdaptor, mr.TrackingResourceAdaptor, mr.PrefetchResourceAdaptor):
+        assert adaptor(upstream_mr=pool).upstream_mr is pool
+    assert mr.LimitingResourceAdaptor(upstream_mr=pool, allocation_limit=1 << 20).get_allocation_limit() == 1 << 20
+    binning = mr.BinningMemoryResource(upstream_mr=pool, min_size_exponent=10, max_size_exponent=12)
+    binning.deallocate(binning.allocate(1000), 1000)
+    with pytest.raises(TypeError, match="upstream_mr"):
+        mr.PoolMemoryResource(upstream, upstream_mr=upstream)
+
+    buf = rmm.DeviceBuffer.to_device(b=b"\x01\x02\x03")
+    out = np.zeros(3, dtype=np.uint8)
+    buf.copy_to_host(ary=out)
+    assert out.tolist() == [1, 2, 3]
+    buf.copy_from_host(ary=np.array([7, 8, 9], dtype=np.uint8))
+    assert bytes(buf) == b"\x07\x08\x09"
