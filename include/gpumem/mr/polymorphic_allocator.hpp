@@ -84,6 +84,8 @@ class polymorphic_allocator {
 
   /** @return the resource (never null). */
   [[nodiscard]] device_memory_resource* resource() const noexcept { return resource_; }
+  /** @brief RMM's name for resource(). */
+  [[nodiscard]] device_memory_resource* get_upstream_resource() const noexcept { return resource_; }
 
  private:
   device_memory_resource* resource_;

@@ -434,12 +434,13 @@ TEST(RmmPolymorphicAllocator, AsRmmsTestsUseIt)
 {
   rmm::cuda_stream stream;
   rmm::mr::polymorphic_allocator<int> const default_allocator{};
-  EXPECT_EQ(default_allocator.resource(), rmm::mr::get_current_device_resource());
+  EXPECT_EQ(default_allocator.get_upstream_resource(), rmm::mr::get_current_device_resource());
   rmm::mr::cuda_memory_resource mr0;
   rmm::mr::cuda_memory_resource mr1;
   rmm::mr::managed_memory_resource managed;
   rmm::mr::polymorphic_allocator<int> const alloc0{&mr0};
   rmm::mr::polymorphic_allocator<int> const alloc1{&mr1};
+  EXPECT_EQ(alloc0.get_upstream_resource(), &mr0);
   EXPECT_EQ(alloc0, alloc1) << "equal resources";
   EXPECT_NE(alloc0, rmm::mr::polymorphic_allocator<int>{&managed});
   rmm::mr::polymorphic_allocator<double> const rebound{alloc0};
