@@ -64,6 +64,8 @@ void cuda_stream::synchronize() const
   detail::get_backend().stream_synchronize(stream_);
 }
 
+bool cuda_stream::synchronize_no_throw() const noexcept { return is_valid() && view().synchronize_no_throw(); }
+
 bool cuda_stream::is_idle() const
 {
   expects(is_valid(), "the stream was moved from");

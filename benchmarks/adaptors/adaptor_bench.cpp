@@ -9,7 +9,7 @@
 //                                adaptor's mutex shows: logging, statistics, tracking, thread_safe, aligned)
 //
 // <adaptor> `none` is the base resource itself (--resource, default pool); `none_managed` is a pool over
-// managed memory, the base of `prefetch` (whose prefetches need managed memory on a GPU). Every other
+// managed memory, the base of `prefetch` (which prefetches only managed memory). Every other
 // adaptor is quoted against its baseline: overhead_ns = its figure - the baseline's figure of the same
 // workload in this run (per pair for fixed, per operation otherwise), overhead_ratio = its figure / the
 // baseline's. Baselines are registered, hence run, first; the latest baseline figure is used (with

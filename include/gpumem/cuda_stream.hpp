@@ -47,17 +47,36 @@ class GPUMEM_EXPORT cuda_stream {
   [[nodiscard]] cudaStream_t value() const noexcept { return stream_; }
   [[nodiscard]] cuda_stream_view view() const noexcept { return cuda_stream_view{stream_}; }
   operator cuda_stream_view() const noexcept { return view(); }  // NOLINT: used where views are taken
+  /** @brief The handle, for CUDA calls (explicit, as RMM's: an owning stream does not decay silently). */
+  explicit operator cudaStream_t() const noexcept { return stream_; }
+#ifdef GPUMEM_HAS_CUDA_STREAM_REF
+  /** @brief A CCCL stream reference to the stream (for cuda::mr resources and CCCL algorithms). */
+  operator cuda::stream_ref() const noexcept { return cuda::stream_ref{stream_}; }  // NOLINT: as RMM's
+#endif
   [[nodiscard]] cuda_device_id device() const noexcept { return device_; }
   [[nodiscard]] flags get_flags() const;
   [[nodiscard]] int priority() const;
 
   /** @brief Blocks until all work on the stream has completed. @throws cuda_error */
   void synchronize() const;
+  /**
+   * @brief As synchronize(), but a failure (or a moved-from stream) is reported by the return value, not
+   * thrown: for destructors and other paths that must not throw. RMM's returns nothing; the result may be
+   * ignored.
+   * @return true when the stream's work completed without error.
+   */
+  bool synchronize_no_throw() const noexcept;
   /** @return true when all work submitted so far has completed. */
   [[nodiscard]] bool is_idle() const;
 
   /** @return {least, greatest} priority of the current device (numerically, greatest <= least). */
   [[nodiscard]] static std::pair<int, int> priority_range();
+
+  /**
+   * @brief Streams compare by handle, with each other, with views and with raw handles (as RMM's, through
+   * the view). A moved-from stream equals the legacy default stream's view (handle 0).
+   */
+  friend bool operator==(cuda_stream const& a, cuda_stream_view b) noexcept { return a.view() == b; }
 
  private:
   void destroy() noexcept;

@@ -45,8 +45,11 @@ class cuda_stream_view {
 
   /** @brief Blocks until all work on the stream has completed. @throws cuda_error */
   GPUMEM_EXPORT void synchronize() const;
-  /** @brief As synchronize(), but reports failure by return value. @return true on success. */
-  [[nodiscard]] GPUMEM_EXPORT bool synchronize_no_throw() const noexcept;
+  /**
+   * @brief As synchronize(), but reports failure by return value. RMM's returns nothing, so the result may be
+   * ignored. @return true on success.
+   */
+  GPUMEM_EXPORT bool synchronize_no_throw() const noexcept;
   /** @return true when all work submitted so far has completed. @throws cuda_error */
   [[nodiscard]] GPUMEM_EXPORT bool is_idle() const;
   /** @return the stream's priority (lower numbers are higher priorities). @throws cuda_error */

@@ -4,6 +4,7 @@
  *
  * Which exception means what (DESIGN.md, "Errors"):
  * - gpumem::logic_error:   the caller misused the API (bad alignment, unknown pointer, double free, ...).
+ * - gpumem::out_of_range:  an element index outside a container (a std::out_of_range, as RMM's).
  * - gpumem::cuda_error:    a backend call failed; the message names the call, the error code and its text.
  * - gpumem::bad_alloc:     an allocation cannot be made for a reason other than exhausted memory
  *                          (for example a size that overflows when rounded up).
@@ -30,6 +31,16 @@ namespace gpumem {
 class GPUMEM_EXPORT logic_error : public std::logic_error {
  public:
   using std::logic_error::logic_error;
+};
+
+/**
+ * @brief An element index at or past a container's size (device_uvector's element access). Derives from
+ * std::out_of_range (so from std::logic_error, but not from gpumem::logic_error), the type RMM throws and
+ * standard containers' at() throw.
+ */
+class GPUMEM_EXPORT out_of_range : public std::out_of_range {
+ public:
+  using std::out_of_range::out_of_range;
 };
 
 /**

@@ -214,6 +214,34 @@ class cuda_backend final : public backend {
     GPUMEM_CUDA_TRY(cudaPointerGetAttributes(&attributes, ptr));
     return {static_cast<int>(attributes.type), attributes.device, attributes.devicePointer, attributes.hostPointer};
   }
+  [[nodiscard]] bool is_migratable(void const* ptr, int device) noexcept override
+  {
+    if (ptr == nullptr) { return false; }
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, ptr) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return false;
+    }
+    // The device whose abilities decide: the target, or the current one for a prefetch to the host.
+    int target = device;
+    if (target == cudaCpuDeviceId && cudaGetDevice(&target) != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return false;
+    }
+    auto const attribute = [target](cudaDeviceAttr which) {
+      int value = 0;
+      if (cudaDeviceGetAttribute(&value, which, target) != cudaSuccess) {
+        static_cast<void>(cudaGetLastError());
+        return false;
+      }
+      return value != 0;
+    };
+    switch (attributes.type) {
+      case cudaMemoryTypeManaged: return attribute(cudaDevAttrConcurrentManagedAccess);
+      case cudaMemoryTypeUnregistered: return attribute(cudaDevAttrPageableMemoryAccess);
+      default: return false;
+    }
+  }
 
   [[nodiscard]] cudaMemPool_t mempool_create(int device, mempool_handle_type handle_type, std::size_t max_size) override
   {
@@ -280,6 +308,31 @@ class cuda_backend final : public backend {
   void mempool_free_async(void* ptr, cudaStream_t stream) noexcept override
   {
     report_free_failure(cudaFreeAsync(ptr, stream), "cudaFreeAsync", ptr);
+  }
+  [[nodiscard]] cudaMemPool_t mempool_default_managed(int device) override
+  {
+    constexpr int first_version = 13000;  // stream-ordered managed memory pools came with CUDA 13.0
+    std::string const where = "the managed memory pool of device " + std::to_string(device);
+    if (runtime_version() < first_version || driver_version() < first_version) {
+      throw cuda_error(cudaErrorNotSupported, where + " needs CUDA 13.0 or newer (runtime " +
+                                                std::to_string(runtime_version()) + ", driver " +
+                                                std::to_string(driver_version()) + ")");
+    }
+    int concurrent = 0;
+    GPUMEM_CUDA_TRY(cudaDeviceGetAttribute(&concurrent, cudaDevAttrConcurrentManagedAccess, device));
+    if (concurrent == 0) {
+      throw cuda_error(cudaErrorNotSupported, where + " needs a device with concurrent managed access");
+    }
+#if CUDART_VERSION >= 13000
+    cudaMemLocation location{};
+    location.type = cudaMemLocationTypeDevice;
+    location.id = device;
+    cudaMemPool_t pool{};
+    GPUMEM_CUDA_TRY(cudaMemGetDefaultMemPool(&pool, &location, cudaMemAllocationTypeManaged));
+    return pool;
+#else
+    throw cuda_error(cudaErrorNotSupported, where + " needs gpumem built with CUDA 13.0 or newer");
+#endif
   }
 
   [[nodiscard]] cudaStream_t stream_create(unsigned flags, int priority) override

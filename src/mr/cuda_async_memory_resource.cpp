@@ -19,6 +19,11 @@ cuda_async_view_memory_resource::cuda_async_view_memory_resource(cudaMemPool_t p
   expects(pool_ != nullptr, "the memory pool handle must not be null");
 }
 
+cuda_async_view_memory_resource::cuda_async_view_memory_resource(cudaMemPool_t pool)
+  : cuda_async_view_memory_resource{pool, get_current_cuda_device()}
+{
+}
+
 mempool_usage cuda_async_view_memory_resource::usage() const { return detail::get_backend().mempool_get_usage(pool_); }
 
 void cuda_async_view_memory_resource::trim(std::size_t keep_bytes) { detail::get_backend().mempool_trim(pool_, keep_bytes); }

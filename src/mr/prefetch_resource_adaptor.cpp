@@ -1,4 +1,5 @@
-// prefetch_resource_adaptor (prefetch_resource_adaptor.hpp): allocate, then prefetch on the same stream.
+// prefetch_resource_adaptor (prefetch_resource_adaptor.hpp): allocate, then prefetch on the same stream what
+// can migrate.
 
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/mr/prefetch_resource_adaptor.hpp>
@@ -15,7 +16,9 @@ void* prefetch_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view
   void* const ptr = upstream_resource()->allocate(bytes, stream);
   try {
     detail::backend& backend = detail::get_backend();
-    backend.mem_prefetch_async(ptr, bytes, backend.current_device(), stream.value());
+    int const device = backend.current_device();
+    // Memory that cannot migrate (a pool over device memory) is served unprefetched, as RMM does.
+    if (backend.is_migratable(ptr, device)) { backend.mem_prefetch_async(ptr, bytes, device, stream.value()); }
   } catch (...) {
     upstream_resource()->deallocate(ptr, bytes, stream);
     throw;

@@ -1,6 +1,8 @@
 // tracking_resource_adaptor (tracking_resource_adaptor.hpp): a map of outstanding allocations under a mutex,
-// with optional call stacks from backtrace(), symbolised when asked for.
+// with optional call stacks from backtrace(), symbolised when asked for; deallocations it cannot match are
+// forwarded as RMM forwards them, except under checked_deallocate().
 
+#include <gpumem/debug_log.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/mr/tracking_resource_adaptor.hpp>
 
@@ -98,6 +100,12 @@ std::size_t tracking_resource_adaptor::invalid_deallocations() const noexcept
   return invalid_deallocations_;
 }
 
+std::size_t tracking_resource_adaptor::untracked_deallocations() const noexcept
+{
+  gpumem::detail::lock_guard const lock{mutex_};
+  return untracked_deallocations_;
+}
+
 std::string tracking_resource_adaptor::report() const
 {
   std::map<void*, allocation_info> const snapshot = outstanding_allocations();
@@ -132,35 +140,48 @@ void* tracking_resource_adaptor::do_allocate(std::size_t bytes, cuda_stream_view
 
 void tracking_resource_adaptor::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept
 {
-  bool valid = false;
-  bool first_invalid = false;
-  std::size_t known_bytes = 0;
+  bool const checked = detail::deallocation_is_checked();
+  enum class outcome { tracked, wrong_size, untracked } result = outcome::tracked;
+  std::size_t known_bytes = bytes;
+  bool first = false;
   {
     gpumem::detail::lock_guard const lock{mutex_};
     auto const it = outstanding_.find(ptr);
-    valid = it != outstanding_.end() && it->second.bytes == bytes;
-    if (valid) {
-      allocated_bytes_ -= bytes;
+    if (it == outstanding_.end()) {
+      result = outcome::untracked;
+    } else if (it->second.bytes != bytes) {
+      result = outcome::wrong_size;
+      known_bytes = it->second.bytes;
+    }
+    if (result == outcome::tracked || (result == outcome::wrong_size && !checked)) {
+      allocated_bytes_ -= known_bytes;
       outstanding_.erase(it);  // before the upstream may hand the same address to another thread
-    } else {
-      known_bytes = it == outstanding_.end() ? 0 : it->second.bytes;
-      first_invalid = ++invalid_deallocations_ == 1;
+    }
+    if (result == outcome::wrong_size || (result == outcome::untracked && checked)) {
+      first = ++invalid_deallocations_ == 1;
+    } else if (result == outcome::untracked) {
+      first = ++untracked_deallocations_ == 1;
     }
   }
-  if (valid) {
-    upstream_resource()->deallocate(ptr, bytes, stream);
-    return;
-  }
   try {
-    std::string const what =
-      known_bytes == 0 ? "a pointer it did not hand out (or already took back)"
-                       : "an allocation of " + std::to_string(known_bytes) + " bytes with the wrong size";
-    std::string const message = "tracking_resource_adaptor: invalid deallocation of " + what + ": " +
-                                format_pointer(ptr) + ", " + std::to_string(bytes) + " bytes; not forwarded";
-    // Logged once (further ones are only counted); checked_deallocate() throws every one.
-    detail::report_deallocation_misuse(message, first_invalid);
+    std::string const where = format_pointer(ptr) + ", " + std::to_string(bytes) + " bytes";
+    if (result == outcome::wrong_size) {
+      // Logged once (further ones are only counted); checked_deallocate() throws every one.
+      detail::report_deallocation_misuse("tracking_resource_adaptor: invalid deallocation of an allocation of " +
+                                           std::to_string(known_bytes) + " bytes with the wrong size: " + where +
+                                           (checked ? "; not forwarded" : "; forwarded with its allocated size"),
+                                         first);
+    } else if (result == outcome::untracked && checked) {
+      detail::report_deallocation_misuse("tracking_resource_adaptor: invalid deallocation of a pointer it did not "
+                                           "hand out (or already took back): " + where + "; not forwarded",
+                                         first);
+    } else if (result == outcome::untracked && first) {
+      detail::log(log_level::warn, "tracking_resource_adaptor: deallocation of a pointer it did not hand out (or "
+                                   "already took back): " + where + "; forwarded to the upstream");
+    }
   } catch (...) {  // NOLINT(bugprone-empty-catch): deallocate must not throw; the report is best effort
   }
+  if (!checked || result == outcome::tracked) { upstream_resource()->deallocate(ptr, known_bytes, stream); }
 }
 
 }  // namespace gpumem::mr

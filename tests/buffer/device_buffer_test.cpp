@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -476,6 +477,69 @@ TEST_F(DeviceBufferTest, ReallocatesAndIsFreedWithItsOwnDeviceCurrent)
   EXPECT_EQ(log[1].device, home.value());
   EXPECT_EQ(home_resource->outstanding(), 0U);
   EXPECT_TRUE(home_resource->errors().empty());
+}
+
+
+// ---- alignment (RMM's aligned constructors) ------------------------------------------------------
+
+TEST_F(DeviceBufferTest, DefaultAlignmentIsTheResourcesOwn)
+{
+  device_buffer const buffer{1000, stream_, &resource_};
+  EXPECT_EQ(buffer.alignment(), detail::allocation_alignment);
+  EXPECT_EQ(resource_.bytes_allocated(), 1000U) << "no padding at the resources' alignment";
+}
+
+TEST_F(DeviceBufferTest, AnAlignmentAboveTheResourcesIsHonouredAndKept)
+{
+  for (std::size_t const alignment : {std::size_t{512}, std::size_t{4096}, std::size_t{1} << 16}) {
+    auto const pattern = make_pattern(3000, 7);
+    device_buffer buffer{3000, alignment, stream_, &resource_};
+    EXPECT_EQ(buffer.alignment(), alignment);
+    EXPECT_TRUE(detail::is_aligned(buffer.data(), alignment)) << alignment;
+    EXPECT_EQ(buffer.size(), 3000U);
+    EXPECT_EQ(buffer.capacity(), 3000U);
+    upload(buffer.data(), pattern, stream_);
+    buffer.resize(50'000, stream_);  // reallocates: the alignment and the contents stay
+    EXPECT_TRUE(detail::is_aligned(buffer.data(), alignment)) << alignment;
+    EXPECT_EQ(prefix(download(buffer.data(), 50'000, stream_), 3000), pattern);
+    buffer.resize(100, stream_);
+    buffer.shrink_to_fit(stream_);
+    EXPECT_TRUE(detail::is_aligned(buffer.data(), alignment));
+    device_buffer const copy{buffer, stream_, &resource_};
+    EXPECT_EQ(copy.alignment(), alignment) << "a copy keeps the alignment";
+    EXPECT_TRUE(detail::is_aligned(copy.data(), alignment));
+    EXPECT_EQ(download(copy.data(), 100, stream_), prefix(pattern, 100));
+    device_buffer moved{std::move(buffer)};
+    EXPECT_EQ(moved.alignment(), alignment);
+    EXPECT_TRUE(detail::is_aligned(moved.data(), alignment));
+  }
+  EXPECT_EQ(resource_.outstanding(), 0U) << "every padded allocation was returned whole";
+}
+
+TEST_F(DeviceBufferTest, AlignedCopyFromASourceAndSmallAlignments)
+{
+  auto const pattern = make_pattern(777, 3);
+  device_buffer const aligned{pattern.data(), pattern.size(), 1024, stream_, &resource_};
+  EXPECT_EQ(aligned.alignment(), 1024U);
+  EXPECT_TRUE(detail::is_aligned(aligned.data(), 1024));
+  EXPECT_EQ(download(aligned.data(), 777, stream_), pattern);
+  device_buffer const small{64, 8, stream_, &resource_};
+  EXPECT_EQ(small.alignment(), 8U);
+  EXPECT_TRUE(detail::is_aligned(small.data(), detail::allocation_alignment)) << "at least the requested";
+  device_buffer const empty{std::size_t{0}, 4096, stream_, &resource_};
+  EXPECT_EQ(empty.data(), nullptr);
+  EXPECT_EQ(empty.alignment(), 4096U);
+}
+
+TEST_F(DeviceBufferTest, BadAlignmentsAreRefused)
+{
+  EXPECT_THROW((device_buffer{100, 3, stream_, &resource_}), logic_error);
+  EXPECT_THROW((device_buffer{100, 0, stream_, &resource_}), logic_error);
+  int const value = 1;
+  EXPECT_THROW((device_buffer{&value, sizeof value, 48, stream_, &resource_}), logic_error);
+  std::size_t const huge = std::numeric_limits<std::size_t>::max() - 100;
+  EXPECT_THROW((device_buffer{huge, 4096, stream_, &resource_}), bad_alloc) << "size plus padding overflows";
+  EXPECT_EQ(resource_.allocations(), 0U);
 }
 
 }  // namespace

@@ -137,8 +137,8 @@ TEST_F(DeviceUvectorTest, ZeroSize)
   EXPECT_TRUE(v.to_host(stream_).empty());
   std::vector<int> none;
   v.copy_to_host(none, stream_);
-  EXPECT_THROW((void)v.front_element(stream_), logic_error);
-  EXPECT_THROW((void)v.back_element(stream_), logic_error);
+  EXPECT_THROW((void)v.front_element(stream_), out_of_range);
+  EXPECT_THROW((void)v.back_element(stream_), out_of_range);
   device_uvector<int> const from_empty_span{std::span<int const>{}, stream_, &resource_};
   EXPECT_TRUE(from_empty_span.is_empty());
   EXPECT_EQ(resource_.allocations(), 0U);
@@ -356,7 +356,7 @@ TEST_F(DeviceUvectorTest, OutOfRangeAccessNamesTheIndexAndTheSize)
     try {
       access();
       ADD_FAILURE() << "no exception for index " << index;
-    } catch (logic_error const& e) {
+    } catch (std::out_of_range const& e) {  // gpumem::out_of_range, RMM's type (a std::out_of_range)
       EXPECT_THAT(e.what(), HasSubstr("index " + index));
       EXPECT_THAT(e.what(), HasSubstr("size 5"));
     }
@@ -366,6 +366,8 @@ TEST_F(DeviceUvectorTest, OutOfRangeAccessNamesTheIndexAndTheSize)
   expect_out_of_range([&] { v.set_element_async(5, value, stream_); }, "5");
   expect_out_of_range([&] { v.set_element(7, value, stream_); }, "7");
   expect_out_of_range([&] { v.set_element_to_zero_async(6, stream_); }, "6");
+  expect_out_of_range([&] { (void)v.element_ptr(5); }, "5");
+  expect_out_of_range([&] { (void)std::as_const(v).element_ptr(9); }, "9");
   EXPECT_NO_THROW((void)v.element(4, stream_));
 }
 

@@ -6,6 +6,7 @@
 //       static constexpr char const* name = "my_resource";                    // as its OOM message names it
 //       static constexpr bool oversubscription_safe = true;                   // see below
 //       // optional: static std::size_t oom_request_bytes();                  // default: 2 x device total
+//       // optional: static std::string unsupported();                        // non-empty: skip, saying why
 //     };
 //     INSTANTIATE_TYPED_TEST_SUITE_P(my, resource_battery, my_factory);
 //

@@ -1,5 +1,5 @@
 // cuda_stream, cuda_stream_view and cuda_stream_pool: ordering, asynchrony, flags, priorities, moves,
-// and CUDA's implicit synchronisation between the legacy default stream and blocking streams.
+// comparisons and conversions (as RMM's), synchronize_no_throw, and CUDA's implicit synchronisation between the legacy default stream and blocking streams.
 #include "support/gate.hpp"
 
 #include <gpumem/cuda_stream.hpp>
@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <type_traits>
 #include <set>
 #include <thread>
 #include <vector>
@@ -274,6 +276,51 @@ TEST(CudaStreamPool, ConcurrentGetStream)
   }
   for (auto& t : threads) { t.join(); }
   EXPECT_EQ(invalid.load(), 0);
+}
+
+
+TEST(CudaStream, ComparesAndConvertsAsRmmsDoes)
+{
+  cuda_stream a;
+  cuda_stream b{cuda_stream::flags::non_blocking};
+  cuda_stream_view const view_of_a = a;
+  EXPECT_TRUE(a == view_of_a);
+  EXPECT_TRUE(view_of_a == a);
+  EXPECT_TRUE(a == a.value());
+  EXPECT_FALSE(a == b);
+  EXPECT_TRUE(a != b);
+  EXPECT_TRUE(a != cuda_stream_default);
+  EXPECT_EQ(static_cast<cudaStream_t>(a), a.value());
+  static_assert(!std::is_convertible_v<cuda_stream const&, cudaStream_t>, "explicit, as RMM's");
+  static_assert(std::is_convertible_v<cuda_stream const&, cuda_stream_view>);
+#ifdef GPUMEM_HAS_CUDA_STREAM_REF
+  cuda::stream_ref const ref = a;
+  EXPECT_EQ(ref.get(), a.value());
+#endif
+  cuda_stream moved{std::move(a)};
+  EXPECT_TRUE(moved == view_of_a);
+  EXPECT_TRUE(a == cuda_stream_default) << "a moved-from stream holds no handle";  // NOLINT(bugprone-use-after-move)
+}
+
+TEST(CudaStream, SynchronizeNoThrowWaitsAndReports)
+{
+  cuda_stream stream;
+  std::atomic<bool> ran{false};
+  test::gate held;
+  held.hold(stream.value());
+  auto mark = [&ran] { ran = true; };
+  test::on_stream(stream.value(), mark);
+  std::thread opener{[&held] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    held.release();
+  }};
+  EXPECT_TRUE(stream.synchronize_no_throw());
+  EXPECT_TRUE(ran.load());
+  opener.join();
+  stream.synchronize_no_throw();  // the result may be ignored, as RMM's returns nothing
+  cuda_stream moved{std::move(stream)};
+  EXPECT_FALSE(stream.synchronize_no_throw()) << "a moved-from stream: reported, not thrown";  // NOLINT
+  EXPECT_TRUE(moved.synchronize_no_throw());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // failure_callback_resource_adaptor: the conformance battery (a callback that gives up), then the retry
 // protocol: a callback that frees memory and asks for a retry, one that gives up, the number of calls and
-// their arguments, other exceptions passing through untouched, and construction errors.
+// their arguments, other exceptions passing through untouched, the exception type chosen by the template
+// parameter (RMM's ExceptionType), and construction errors.
 #include "conformance/resource_battery.hpp"
 #include "support/sub_allocator_checks.hpp"
 
@@ -12,7 +13,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <new>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 namespace gpumem::test {
@@ -33,6 +36,11 @@ struct failure_callback_factory {
 INSTANTIATE_TYPED_TEST_SUITE_P(failure_callback_resource_adaptor, resource_battery, failure_callback_factory);
 
 namespace {
+
+/// A failure that is no bad_alloc (as a cuda_error is): constructible from a message.
+struct cuda_error_like : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 /// What the callbacks below see and do: they count calls and, when asked, free the block they hold.
 struct callback_state {
@@ -146,6 +154,93 @@ TEST(failure_callback_resource_adaptor, construction_and_equality)
   mr::failure_callback_resource_adaptor c{&other, no, nullptr};
   EXPECT_TRUE(a.is_equal(b));
   EXPECT_FALSE(a.is_equal(c));
+}
+
+
+/// Throws `Exception` from its first `failures` allocations, then forwards to an upstream.
+template <class Exception>
+class throwing_resource final : public mr::device_memory_resource {
+ public:
+  throwing_resource(mr::device_memory_resource* upstream, int failures) : upstream_{upstream}, failures_{failures} {}
+  int attempts{0};
+
+ private:
+  void* do_allocate(std::size_t bytes, cuda_stream_view stream) override
+  {
+    if (++attempts <= failures_) { throw Exception{"injected failure"}; }
+    return upstream_->allocate(bytes, stream);
+  }
+  void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override
+  {
+    upstream_->deallocate(ptr, bytes, stream);
+  }
+  mr::device_memory_resource* upstream_;
+  int failures_;
+};
+
+bool retry_always(std::size_t /*bytes*/, void* arg)
+{
+  ++*static_cast<int*>(arg);
+  return true;
+}
+
+TEST(failure_callback_resource_adaptor, the_exception_type_chooses_what_is_retried)
+{
+  static_assert(std::is_same_v<mr::failure_callback_resource_adaptor::exception_type, out_of_memory>,
+                "RMM's default: retry when the memory is not there");
+  mr::simulated_memory_resource upstream;
+  {  // bad_alloc is not out_of_memory: the default adaptor lets it through without calling back
+    throwing_resource<bad_alloc> failing{&upstream, 1};
+    int calls = 0;
+    mr::failure_callback_resource_adaptor adaptor{&failing, retry_always, &calls};
+    EXPECT_THROW((void)adaptor.allocate(256), bad_alloc);
+    EXPECT_EQ(calls, 0);
+  }
+  {  // an adaptor for gpumem::bad_alloc retries it, and out_of_memory (derived from it) too
+    throwing_resource<bad_alloc> failing{&upstream, 2};
+    int calls = 0;
+    mr::basic_failure_callback_resource_adaptor<bad_alloc> adaptor{&failing, retry_always, &calls};
+    static_assert(std::is_same_v<decltype(adaptor)::exception_type, bad_alloc>);
+    void* p = adaptor.allocate(256);
+    EXPECT_EQ(calls, 2);
+    EXPECT_EQ(failing.attempts, 3);
+    adaptor.deallocate(p, 256);
+    throwing_resource<out_of_memory> exhausted{&upstream, 1};
+    mr::basic_failure_callback_resource_adaptor<bad_alloc> derived{&exhausted, retry_always, &calls};
+    p = derived.allocate(256);
+    EXPECT_EQ(calls, 3);
+    derived.deallocate(p, 256);
+  }
+  {  // std::bad_alloc, and any exception at all
+    throwing_resource<cuda_error_like> failing{&upstream, 1};
+    int calls = 0;
+    mr::basic_failure_callback_resource_adaptor<std::bad_alloc> on_bad_alloc{&failing, retry_always, &calls};
+    EXPECT_THROW((void)on_bad_alloc.allocate(256), std::runtime_error) << "not a bad_alloc: passes through";
+    EXPECT_EQ(calls, 0);
+    mr::basic_failure_callback_resource_adaptor<std::exception> on_anything{&failing, retry_always, &calls};
+    failing.attempts = 0;
+    void* p = on_anything.allocate(256);
+    EXPECT_EQ(calls, 1);
+    on_anything.deallocate(p, 256);
+  }
+  {  // the callback gives up: the caught exception is rethrown as it was
+    throwing_resource<bad_alloc> failing{&upstream, 5};
+    mr::basic_failure_callback_resource_adaptor<bad_alloc> adaptor{
+      &failing, [](std::size_t, void*) { return false; }, nullptr};
+    EXPECT_THROW((void)adaptor.allocate(256), bad_alloc);
+  }
+  EXPECT_EQ(upstream.allocation_count(), 0U);
+}
+
+TEST(failure_callback_resource_adaptor, adaptors_of_different_exception_types_are_not_equal)
+{
+  mr::simulated_memory_resource upstream;
+  auto const no = [](std::size_t, void*) { return false; };
+  mr::failure_callback_resource_adaptor a{&upstream, no, nullptr};
+  mr::basic_failure_callback_resource_adaptor<bad_alloc> b{&upstream, no, nullptr};
+  mr::basic_failure_callback_resource_adaptor<bad_alloc> c{&upstream, no, nullptr};
+  EXPECT_FALSE(a.is_equal(b));
+  EXPECT_TRUE(b.is_equal(c)) << "the same type over equal upstreams";
 }
 
 }  // namespace

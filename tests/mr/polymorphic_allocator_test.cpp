@@ -9,6 +9,7 @@
 #include <gpumem/mr/new_delete_resource.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
 #include <gpumem/mr/polymorphic_allocator.hpp>
+#include <gpumem/mr/simulated_memory_resource.hpp>
 
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 namespace gpumem::test {
@@ -128,6 +130,27 @@ TEST(stream_allocator_adaptor, serves_a_standard_container_over_managed_memory)
   s.synchronize();
   EXPECT_GE(counting.allocations(), 2U) << "resize must have reallocated through the adaptor";
   counting.expect_everything_returned();
+}
+
+
+int allocate_one_through(mr::polymorphic_allocator<int> allocator, cuda_stream_view stream)
+{
+  int* p = allocator.allocate(1, stream);
+  int const nonnull = p != nullptr ? 1 : 0;
+  allocator.deallocate(p, 1, stream);
+  return nonnull;
+}
+
+TEST(polymorphic_allocator, a_resource_converts_implicitly_as_rmms_does)
+{
+  mr::simulated_memory_resource resource;
+  static_assert(std::is_convertible_v<mr::device_memory_resource*, mr::polymorphic_allocator<int>>);
+  static_assert(std::is_convertible_v<mr::device_memory_resource&, mr::polymorphic_allocator<int>>);
+  EXPECT_EQ(allocate_one_through(&resource, cuda_stream_default), 1);
+  EXPECT_EQ(allocate_one_through(resource, cuda_stream_default), 1);
+  mr::polymorphic_allocator<double> const from_reference = resource;
+  EXPECT_EQ(from_reference.resource(), &resource);
+  EXPECT_EQ(resource.allocation_count(), 0U);
 }
 
 }  // namespace

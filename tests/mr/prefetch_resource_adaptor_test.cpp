@@ -1,6 +1,6 @@
-// prefetch_resource_adaptor: the conformance battery over managed memory (on a GPU, cudaMemPrefetchAsync
-// accepts only managed memory), then on the host backend: the memory is usable, the prefetch is ordered on
-// the allocation's stream (held back by a gate), and the backend call checks its arguments.
+// prefetch_resource_adaptor: the conformance battery over managed memory, then: the memory is usable, the
+// prefetch is ordered on the allocation's stream (held back by a gate, host backend), the backend call checks
+// its arguments, and memory that cannot migrate (a pool over cudaMalloc) is served unprefetched, as in RMM.
 #include "conformance/resource_battery.hpp"
 #include "support/gate.hpp"
 #include "support/memory_checks.hpp"
@@ -9,6 +9,7 @@
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/mr/managed_memory_resource.hpp>
+#include <gpumem/mr/pool_memory_resource.hpp>
 #include <gpumem/mr/prefetch_resource_adaptor.hpp>
 #include <gpumem/mr/simulated_memory_resource.hpp>
 
@@ -93,6 +94,21 @@ TEST(prefetch_resource_adaptor, construction_and_equality)
   mr::prefetch_resource_adaptor c{&other};
   EXPECT_TRUE(a.is_equal(b));
   EXPECT_FALSE(a.is_equal(c));
+}
+
+
+TEST(prefetch_resource_adaptor, memory_that_cannot_migrate_is_served_unprefetched_as_in_rmm)
+{
+  // A pool over cudaMalloc memory: cudaMemPrefetchAsync would refuse it; the adaptor serves it as it is.
+  mr::pool_memory_resource pool{&cuda_upstream(), 4 * MiB};
+  mr::prefetch_resource_adaptor prefetch{&pool};
+  backend_stream stream;
+  void* p = nullptr;
+  ASSERT_NO_THROW(p = prefetch.allocate(1 * MiB, cuda_stream_view{stream.get()}));
+  write_pattern(p, 1 * MiB, 21, stream.get());
+  EXPECT_TRUE(has_pattern(p, 1 * MiB, 21, stream.get()));
+  prefetch.deallocate(p, 1 * MiB, cuda_stream_view{stream.get()});
+  detail::get_backend().stream_synchronize(stream.get());
 }
 
 }  // namespace

@@ -146,6 +146,12 @@ class GPUMEM_EXPORT backend {
   /// type 0 and device -2 for memory that CUDA does not know (plain host memory).
   /// @throws cuda_error (cudaErrorInvalidValue for nullptr)
   [[nodiscard]] virtual pointer_attributes pointer_get_attributes(void const* ptr) = 0;
+  /// @return true when mem_prefetch_async can migrate the memory at `ptr` to `device` (a device ordinal, or
+  /// cudaCpuDeviceId for the host): managed memory (malloc_managed, a managed pool, or cudaMallocManaged by
+  /// anyone) on a device with concurrent managed access, or pageable host memory on a device that accesses
+  /// pageable memory (HMM/ATS). False for device memory, pinned host memory, unknown pointers and nullptr.
+  /// Never throws (a failed query is false).
+  [[nodiscard]] virtual bool is_migratable(void const* ptr, int device) noexcept = 0;
 
   // ---- stream-ordered memory pools (cudaMallocAsync) ------------------------------------------------
   // Reuse rules are CUDA's defaults: memory freed on a stream is reused at once by later allocations on
@@ -167,6 +173,12 @@ class GPUMEM_EXPORT backend {
   [[nodiscard]] virtual void* mempool_malloc_async(cudaMemPool_t pool, std::size_t bytes, cudaStream_t stream) = 0;
   /// Stream-ordered free: the memory returns to its pool once `stream`'s earlier work has completed.
   virtual void mempool_free_async(void* ptr, cudaStream_t stream) noexcept = 0;
+  /// The device's default pool of managed memory (cudaMemGetDefaultMemPool with cudaMemAllocationTypeManaged,
+  /// CUDA 13): stream-ordered allocations of memory that is accessible from the host and every device. Owned
+  /// by the backend: never destroy it. The host backend emulates it (its memory counts as managed).
+  /// @throws cuda_error (cudaErrorNotSupported) naming what is missing, where the runtime, the driver (13.0
+  /// or newer) or the device (concurrent managed access) cannot provide it.
+  [[nodiscard]] virtual cudaMemPool_t mempool_default_managed(int device) = 0;
 
   // ---- streams --------------------------------------------------------------------------------------
   [[nodiscard]] virtual cudaStream_t stream_create(unsigned flags, int priority) = 0;
@@ -198,10 +210,11 @@ class GPUMEM_EXPORT backend {
   // ---- copies and fills (stream-ordered) ------------------------------------------------------------
   virtual void memcpy_async(void* dst, void const* src, std::size_t bytes, cudaStream_t stream) = 0;
   virtual void memset_async(void* dst, int value, std::size_t bytes, cudaStream_t stream) = 0;
-  /// Migrates managed memory [ptr, ptr + bytes) to `device`, ordered on `stream` (a hint: the data stay valid
-  /// wherever they are). The host backend only checks the arguments and enqueues nothing of substance.
-  /// @throws cuda_error as cudaMemPrefetchAsync would (e.g. for an invalid stream or device).
-  /// `device` -1 (cudaCpuDeviceId) migrates to the host.
+  /// Migrates managed memory [ptr, ptr + bytes) to `device` (or to the host for cudaCpuDeviceId), ordered on
+  /// `stream` (a hint: the data stay valid wherever they are). The host backend checks the arguments as CUDA
+  /// does (memory that is_migratable() refuses is cudaErrorInvalidValue) and enqueues nothing of substance.
+  /// @throws cuda_error as cudaMemPrefetchAsync would (e.g. for an invalid stream or device, or memory that
+  /// is not managed).
   virtual void mem_prefetch_async(void const* ptr, std::size_t bytes, int device, cudaStream_t stream) = 0;
   /// cudaMemAdvise on managed memory [ptr, ptr + bytes): `advice` is a cudaMemoryAdvise value (1 to 6), `device`
   /// a device ordinal or -1 (cudaCpuDeviceId). A hint; the host backend checks the arguments as CUDA does.

@@ -14,15 +14,21 @@
  * - reserve, resize and shrink_to_fit make the given stream the buffer's stream, whether or not they
  *   reallocate (unless they throw: then nothing changes).
  *
+ * Alignment: the memory is aligned to at least alignment(): 256 bytes (what every resource guarantees) unless
+ * a constructor was given more. A larger alignment is served by asking the resource for alignment() - 256
+ * more bytes and placing data() on the first aligned address in them, so it works over any resource.
+ *
  * Invariants: `size() <= capacity()`; `data() == nullptr` iff `capacity() == 0`; `memory_resource()` is
- * never null; the memory (when there is some) came from `memory_resource()->allocate(capacity(), ...)` on
- * device `device()`.
+ * never null; `data()` is a multiple of alignment(); the memory (when there is some) came from
+ * `memory_resource()->allocate(capacity() + padding, ...)` on device `device()`, where padding is
+ * alignment() - 256 when alignment() > 256 and 0 otherwise.
  */
 #pragma once
 
 #include <gpumem/cuda_device_id.hpp>
 #include <gpumem/cuda_stream_view.hpp>
 #include <gpumem/export.hpp>
+#include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
 
@@ -60,6 +66,16 @@ class GPUMEM_EXPORT device_buffer {
                 mr::device_memory_resource* mr = mr::get_current_device_resource());
 
   /**
+   * @brief As the (size, stream, mr) constructor, with the memory aligned to at least `alignment` bytes
+   * (RMM's aligned constructor); the buffer keeps the alignment when it reallocates.
+   * @post alignment() == alignment; data() is a multiple of it.
+   * @throws gpumem::logic_error if `alignment` is not a power of two, or `mr` is null.
+   * @throws gpumem::bad_alloc if size plus the padding (alignment - 256) overflows; as `mr->allocate` otherwise.
+   */
+  device_buffer(std::size_t size, std::size_t alignment, cuda_stream_view stream,
+                mr::device_memory_resource* mr = mr::get_current_device_resource());
+
+  /**
    * @brief Allocates `size` bytes from `mr` on `stream` and copies `size` bytes from `source` into them.
    * `source` may be host memory (pageable or pinned), device or managed memory.
    * Stream-ordering: the copy is enqueued on `stream` and not waited for: `source` must hold its data
@@ -75,10 +91,19 @@ class GPUMEM_EXPORT device_buffer {
                 mr::device_memory_resource* mr = mr::get_current_device_resource());
 
   /**
-   * @brief A deep copy of `other`'s first `other.size()` bytes into new memory from `mr`, on `stream`.
+   * @brief As the (source, size, stream, mr) constructor, with the memory aligned to at least `alignment`.
+   * @post alignment() == alignment.
+   * @throws as the (source, size) constructor, and as the aligned (size) constructor for `alignment`.
+   */
+  device_buffer(void const* source, std::size_t size, std::size_t alignment, cuda_stream_view stream,
+                mr::device_memory_resource* mr = mr::get_current_device_resource());
+
+  /**
+   * @brief A deep copy of `other`'s first `other.size()` bytes into new memory from `mr`, on `stream`, with
+   * `other`'s alignment.
    * Stream-ordering: as the (source, size) constructor with `other.data()` as the source: the copy runs
    * on `stream`, so work that writes `other` must be ordered before it.
-   * @post size() == capacity() == other.size().
+   * @post size() == capacity() == other.size(); alignment() == other.alignment().
    * @throws as the (source, size) constructor.
    */
   device_buffer(device_buffer const& other, cuda_stream_view stream,
@@ -148,6 +173,8 @@ class GPUMEM_EXPORT device_buffer {
   [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
   /** @return true when size() == 0 (there may still be capacity). */
   [[nodiscard]] bool is_empty() const noexcept { return size_ == 0; }
+  /** @return the alignment the memory keeps (256 unless a constructor was given one; see the file comment). */
+  [[nodiscard]] std::size_t alignment() const noexcept { return alignment_; }
 
   /** @return the stream on which the memory will be freed (see the file comment). */
   [[nodiscard]] cuda_stream_view stream() const noexcept { return stream_; }
@@ -168,8 +195,19 @@ class GPUMEM_EXPORT device_buffer {
   void reallocate(std::size_t new_capacity, cuda_stream_view stream);
   /// Frees the memory (if any) on stream_ with device_ current; leaves data_ null, size_ and capacity_ 0.
   void free_storage() noexcept;
+  /// What the resource hands out for `capacity` bytes at alignment_: the allocation and data() within it.
+  struct storage {
+    void* allocation{nullptr};
+    void* data{nullptr};
+  };
+  /// Allocates `capacity` bytes aligned to alignment_ on `stream` (nothing for 0). @throws as the resource.
+  [[nodiscard]] storage allocate_storage(std::size_t capacity, cuda_stream_view stream) const;
+  /// Returns what allocate_storage(capacity, ...) gave. Never throws.
+  void deallocate_storage(storage held, std::size_t capacity, cuda_stream_view stream) const noexcept;
 
-  void* data_{nullptr};                 ///< nullptr iff capacity_ == 0
+  void* data_{nullptr};                 ///< nullptr iff capacity_ == 0; a multiple of alignment_
+  void* allocation_{nullptr};           ///< what mr_ returned for data_ (data_ itself unless alignment_ > 256)
+  std::size_t alignment_{detail::allocation_alignment};  ///< a power of two
   std::size_t size_{0};                 ///< <= capacity_
   std::size_t capacity_{0};             ///< the byte count passed to mr_->allocate for data_
   cuda_stream_view stream_{};           ///< where data_ is freed; every reallocation moves it

@@ -14,10 +14,12 @@
 
 #include <gpumem/buffer/device_uvector.hpp>
 #include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/error.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/per_device_resource.hpp>
 
 #include <cstddef>
+#include <source_location>
 
 namespace gpumem {
 
@@ -85,7 +87,11 @@ class device_scalar {
    * @pre the scalar was not moved from.
    * @throws gpumem::cuda_error if the copy or the stream fails; gpumem::logic_error if moved from.
    */
-  [[nodiscard]] value_type value(cuda_stream_view stream) const { return storage_.front_element(stream); }
+  [[nodiscard]] value_type value(cuda_stream_view stream) const
+  {
+    expects_not_moved_from();
+    return storage_.front_element(stream);
+  }
 
   /**
    * @brief Copies `value` into the scalar, asynchronously.
@@ -93,7 +99,11 @@ class device_scalar {
    * copy, so it must stay alive and unchanged until then (hence the deleted rvalue overload).
    * @throws gpumem::cuda_error if the copy cannot be enqueued; gpumem::logic_error if moved from.
    */
-  void set_value_async(value_type const& value, cuda_stream_view stream) { storage_.set_element_async(0, value, stream); }
+  void set_value_async(value_type const& value, cuda_stream_view stream)
+  {
+    expects_not_moved_from();
+    storage_.set_element_async(0, value, stream);
+  }
 
   /** A temporary would be destroyed before the asynchronous copy reads it. */
   void set_value_async(value_type const&& value, cuda_stream_view stream) = delete;
@@ -102,7 +112,11 @@ class device_scalar {
    * @brief Sets the value to all-zero bytes, asynchronously (a memset on `stream`).
    * @throws gpumem::cuda_error if the memset cannot be enqueued; gpumem::logic_error if moved from.
    */
-  void set_value_to_zero_async(cuda_stream_view stream) { storage_.set_element_to_zero_async(0, stream); }
+  void set_value_to_zero_async(cuda_stream_view stream)
+  {
+    expects_not_moved_from();
+    storage_.set_element_to_zero_async(0, stream);
+  }
 
   /** @return the value's device pointer (for kernels and copies). Never dereference on the host. */
   [[nodiscard]] pointer data() noexcept { return storage_.data(); }
@@ -122,6 +136,12 @@ class device_scalar {
   [[nodiscard]] mr::device_memory_resource* memory_resource() const noexcept { return storage_.memory_resource(); }
 
  private:
+  /// A moved-from scalar is a misuse (gpumem::logic_error), not an index out of range.
+  void expects_not_moved_from(std::source_location where = std::source_location::current()) const
+  {
+    expects(!storage_.is_empty(), "the device_scalar was moved from", where);
+  }
+
   device_uvector<value_type> storage_;  ///< exactly one element, except after a move
 };
 

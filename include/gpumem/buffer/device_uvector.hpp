@@ -28,6 +28,7 @@
 
 #include <array>
 #include <bit>
+#include <iterator>
 #include <cstddef>
 #include <limits>
 #include <source_location>
@@ -74,6 +75,8 @@ class device_uvector {
   using const_pointer = value_type const*;
   using iterator = pointer;
   using const_iterator = const_pointer;
+  using reverse_iterator = std::reverse_iterator<iterator>;
+  using const_reverse_iterator = std::reverse_iterator<const_iterator>;
 
   /**
    * @brief Allocates `size` uninitialised elements from `mr` on `stream`.
@@ -129,7 +132,7 @@ class device_uvector {
    * @brief Copies `value` into element `index`, asynchronously.
    * Stream-ordering: enqueued on `stream` and not waited for; `value` is read when `stream` reaches the
    * copy, so it must stay alive and unchanged until then (hence the deleted rvalue overload).
-   * @throws gpumem::logic_error if index >= size() (the message names both).
+   * @throws gpumem::out_of_range if index >= size() (the message names both).
    */
   void set_element_async(std::size_t index, value_type const& value, cuda_stream_view stream)
   {
@@ -142,7 +145,7 @@ class device_uvector {
 
   /**
    * @brief Sets element `index` to all-zero bytes, asynchronously (a memset on `stream`).
-   * @throws gpumem::logic_error if index >= size().
+   * @throws gpumem::out_of_range if index >= size().
    */
   void set_element_to_zero_async(std::size_t index, cuda_stream_view stream)
   {
@@ -154,7 +157,7 @@ class device_uvector {
    * @brief Copies `value` into element `index` and waits for `stream` (synchronous; `value` may be a
    * temporary).
    * Stream-ordering: the copy runs on `stream`, after the work already enqueued there.
-   * @throws gpumem::logic_error if index >= size(); gpumem::cuda_error if the stream fails.
+   * @throws gpumem::out_of_range if index >= size(); gpumem::cuda_error if the stream fails.
    */
   void set_element(std::size_t index, value_type const& value, cuda_stream_view stream)
   {
@@ -165,7 +168,7 @@ class device_uvector {
   /**
    * @brief Reads element `index` back to the host (synchronous).
    * Stream-ordering: the copy runs on `stream` after the work already enqueued there; then waits for it.
-   * @throws gpumem::logic_error if index >= size(); gpumem::cuda_error if the stream fails.
+   * @throws gpumem::out_of_range if index >= size(); gpumem::cuda_error if the stream fails.
    */
   [[nodiscard]] value_type element(std::size_t index, cuda_stream_view stream) const
   {
@@ -177,13 +180,13 @@ class device_uvector {
     return std::bit_cast<value_type>(bytes);
   }
 
-  /** @brief element(0, stream). @throws gpumem::logic_error if the vector is empty. */
+  /** @brief element(0, stream). @throws gpumem::out_of_range if the vector is empty. */
   [[nodiscard]] value_type front_element(cuda_stream_view stream) const { return element(0, stream); }
 
-  /** @brief element(size() - 1, stream). @throws gpumem::logic_error if the vector is empty. */
+  /** @brief element(size() - 1, stream). @throws gpumem::out_of_range if the vector is empty. */
   [[nodiscard]] value_type back_element(cuda_stream_view stream) const
   {
-    expects(!is_empty(), "there is no back element: the device_uvector is empty (size 0)");
+    expects<out_of_range>(!is_empty(), "there is no back element: the device_uvector is empty (size 0)");
     return element(size() - 1, stream);
   }
 
@@ -272,6 +275,21 @@ class device_uvector {
   [[nodiscard]] pointer data() noexcept { return static_cast<pointer>(storage_.data()); }
   /** @return the elements' device pointer (nullptr when capacity() == 0). */
   [[nodiscard]] const_pointer data() const noexcept { return static_cast<const_pointer>(storage_.data()); }
+  /**
+   * @return the device pointer to element `index` (RMM's element_ptr). Never dereference it on the host.
+   * @throws gpumem::out_of_range if index >= size() (RMM leaves that undefined).
+   */
+  [[nodiscard]] pointer element_ptr(std::size_t index)
+  {
+    check_index(index);
+    return data() + index;
+  }
+  /** @copydoc element_ptr(std::size_t) */
+  [[nodiscard]] const_pointer element_ptr(std::size_t index) const
+  {
+    check_index(index);
+    return data() + index;
+  }
   /** @return device pointer to the first element. */
   [[nodiscard]] iterator begin() noexcept { return data(); }
   /** @return device pointer to the first element. */
@@ -284,6 +302,18 @@ class device_uvector {
   [[nodiscard]] const_iterator end() const noexcept { return data() + size(); }
   /** @return device pointer one past the last element. */
   [[nodiscard]] const_iterator cend() const noexcept { return data() + size(); }
+  /** @return a reverse iterator over device pointers, at the last element. Never dereference on the host. */
+  [[nodiscard]] reverse_iterator rbegin() noexcept { return reverse_iterator{end()}; }
+  /** @return a reverse iterator at the last element. */
+  [[nodiscard]] const_reverse_iterator rbegin() const noexcept { return const_reverse_iterator{end()}; }
+  /** @return a reverse iterator at the last element. */
+  [[nodiscard]] const_reverse_iterator crbegin() const noexcept { return rbegin(); }
+  /** @return a reverse iterator one before the first element. */
+  [[nodiscard]] reverse_iterator rend() noexcept { return reverse_iterator{begin()}; }
+  /** @return a reverse iterator one before the first element. */
+  [[nodiscard]] const_reverse_iterator rend() const noexcept { return const_reverse_iterator{begin()}; }
+  /** @return a reverse iterator one before the first element. */
+  [[nodiscard]] const_reverse_iterator crend() const noexcept { return rend(); }
 
   // ---- stream and resource ------------------------------------------------------------------------
 
@@ -308,11 +338,11 @@ class device_uvector {
     return count * sizeof(value_type);
   }
 
-  /// @throws gpumem::logic_error naming the caller, the index and the size when index >= size().
+  /// @throws gpumem::out_of_range naming the caller, the index and the size when index >= size().
   void check_index(std::size_t index, std::source_location where = std::source_location::current()) const
   {
     if (index >= size()) [[unlikely]] {
-      throw logic_error(std::string{where.function_name()} + ": index " + std::to_string(index) +
+      throw out_of_range(std::string{where.function_name()} + ": index " + std::to_string(index) +
                         " is out of range for a device_uvector of size " + std::to_string(size()));
     }
   }

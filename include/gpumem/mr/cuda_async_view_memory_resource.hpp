@@ -33,6 +33,11 @@ class GPUMEM_EXPORT cuda_async_view_memory_resource : public device_memory_resou
    * @throws gpumem::logic_error if `pool` is null.
    */
   cuda_async_view_memory_resource(cudaMemPool_t pool, cuda_device_id device);
+  /**
+   * @brief As RMM's one-argument constructor: a view of `pool`, which allocates on the current device.
+   * @throws gpumem::logic_error if `pool` is null.
+   */
+  explicit cuda_async_view_memory_resource(cudaMemPool_t pool);
 
   [[nodiscard]] cudaMemPool_t pool_handle() const noexcept { return pool_; }
   [[nodiscard]] cuda_device_id device() const noexcept { return device_; }

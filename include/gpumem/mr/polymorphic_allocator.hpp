@@ -38,10 +38,20 @@ class polymorphic_allocator {
   /** @brief Uses the current device's resource at the time of construction. */
   polymorphic_allocator() : resource_{get_current_device_resource()} {}
 
-  /** @throws gpumem::logic_error if `resource` is null. */
-  explicit polymorphic_allocator(device_memory_resource* resource) : resource_{resource}
+  /**
+   * @brief Allocates from `resource`, which must outlive the allocator and its copies. Implicit, as RMM's
+   * (which converts from a resource reference), so a resource can be passed where an allocator is taken.
+   * @throws gpumem::logic_error if `resource` is null.
+   */
+  polymorphic_allocator(device_memory_resource* resource) : resource_{resource}  // NOLINT(google-explicit-constructor)
   {
     if (resource_ == nullptr) { throw logic_error("gpumem::mr::polymorphic_allocator: the resource must not be null"); }
+  }
+
+  /** @brief As the pointer constructor: allocates from `resource`, which must outlive the allocator. */
+  polymorphic_allocator(device_memory_resource& resource) noexcept  // NOLINT(google-explicit-constructor)
+    : resource_{&resource}
+  {
   }
 
   template <class U>
@@ -74,6 +84,8 @@ class polymorphic_allocator {
 
   /** @return the resource (never null). */
   [[nodiscard]] device_memory_resource* resource() const noexcept { return resource_; }
+  /** @brief RMM's name for resource(). */
+  [[nodiscard]] device_memory_resource* get_upstream_resource() const noexcept { return resource_; }
 
  private:
   device_memory_resource* resource_;

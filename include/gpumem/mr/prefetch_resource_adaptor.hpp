@@ -19,9 +19,15 @@ namespace gpumem::mr {
  * @brief Forwards to an upstream resource, and after each allocation enqueues a prefetch of the whole
  * allocation to the calling thread's current device on the allocation's stream.
  *
- * The upstream must hand out memory that can be prefetched: managed memory (managed_memory_resource, or a
- * pool over it) on a real GPU, where cudaMemPrefetchAsync rejects plain device memory. On the host backend
- * the prefetch is an empty stream-ordered operation that checks its arguments.
+ * Memory that can migrate (managed memory: managed_memory_resource, cuda_async_managed_memory_resource, a
+ * pool over either; pageable memory where the device accesses it) is prefetched; any other memory (a pool
+ * over cudaMalloc) is handed out unprefetched, as RMM does, so the adaptor may wrap any resource. Whether
+ * the memory can migrate is asked of the backend for each allocation (cudaPointerGetAttributes on a GPU).
+ * On the host backend the prefetch of managed memory is an empty stream-ordered operation that checks its
+ * arguments.
+ *
+ * Cost: the upstream's allocation, a pointer-attribute query and, for memory that can migrate, one
+ * cudaMemPrefetchAsync.
  *
  * Thread-safety: as the upstream's (the adaptor has no state of its own).
  * Stream-ordering: the prefetch is ordered on the allocation's stream, before any work the caller then

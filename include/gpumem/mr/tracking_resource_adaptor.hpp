@@ -28,11 +28,18 @@ namespace gpumem::mr {
  * stack walk), so capture stacks to hunt a leak, not in production. Where <execinfo.h> is missing the stack is
  * empty.
  *
- * Invalid deallocations: deallocate is noexcept, so misuse cannot throw. A deallocation of a pointer the
- * adaptor did not hand out (or already took back), or with a size other than the allocation's, is counted
- * in invalid_deallocations(), described on stderr the first time only, and NOT forwarded: the upstream is
- * never given a pointer or size it could corrupt itself with (RMM forwards). A known pointer given back with
- * the wrong size therefore stays outstanding, and shows in the report.
+ * Deallocations the adaptor cannot match, as RMM: deallocate is noexcept, so they cannot throw.
+ * - A pointer the adaptor did not hand out (memory allocated from the upstream directly, or through another
+ *   adaptor over it, before tracking began; or a pointer already taken back) is forwarded to the upstream
+ *   as given, so memory freed through a wrapping adaptor is not leaked. It is counted in
+ *   untracked_deallocations() and described in the log (warning level) the first time only; whether the
+ *   upstream accepts it is the upstream's business (a double free is the upstream's to detect).
+ * - A known pointer given back with a size other than its allocation's is taken back and forwarded with
+ *   the size it was allocated with; it is counted in invalid_deallocations() and described in the log
+ *   (error level) the first time only.
+ * checked_deallocate() (the strict form, which the Python package uses) forwards neither: each throws
+ * gpumem::logic_error and changes nothing, since the adaptor cannot tell a double free from the upstream's
+ * own memory (both count in invalid_deallocations()).
  *
  * Thread-safety: all members may be called concurrently (one mutex guards the map; the upstream and stack
  * capture run outside it).
@@ -63,14 +70,20 @@ class GPUMEM_EXPORT tracking_resource_adaptor final : public resource_adaptor_ba
   [[nodiscard]] std::map<void*, allocation_info> outstanding_allocations() const;
   /** @return the number of outstanding allocations. */
   [[nodiscard]] std::size_t outstanding_count() const noexcept;
-  /** @return deallocations that were not forwarded (see the class comment). */
+  /** @return deallocations with a wrong size, and those checked_deallocate() refused (see the class comment). */
   [[nodiscard]] std::size_t invalid_deallocations() const noexcept;
+  /** @return deallocations of pointers the adaptor did not hand out, forwarded to the upstream. */
+  [[nodiscard]] std::size_t untracked_deallocations() const noexcept;
   /**
    * @return a human-readable list of the outstanding allocations: a summary line, then one line per
    * allocation (pointer, size, stream) followed by its stack, if captured. "no outstanding allocations"
    * when there are none.
    */
   [[nodiscard]] std::string report() const;
+  /** @brief RMM's name for allocated_bytes(). */
+  [[nodiscard]] std::size_t get_allocated_bytes() const noexcept { return allocated_bytes(); }
+  /** @brief RMM's name for report() (the text differs from RMM's: see report()). */
+  [[nodiscard]] std::string get_outstanding_allocations_str() const { return report(); }
   /** @return whether stacks are captured. */
   [[nodiscard]] bool captures_stacks() const noexcept { return capture_stacks_; }
 
@@ -90,6 +103,7 @@ class GPUMEM_EXPORT tracking_resource_adaptor final : public resource_adaptor_ba
   std::map<void*, record> outstanding_ GPUMEM_GUARDED_BY(mutex_);
   std::size_t allocated_bytes_ GPUMEM_GUARDED_BY(mutex_){0};  // sum of outstanding_'s bytes
   std::size_t invalid_deallocations_ GPUMEM_GUARDED_BY(mutex_){0};
+  std::size_t untracked_deallocations_ GPUMEM_GUARDED_BY(mutex_){0};
 };
 
 }  // namespace gpumem::mr

@@ -96,7 +96,8 @@ class host_backend final : public backend {
   host_backend()
     : config_{host::read_host_config()},
       used_(static_cast<std::size_t>(config_.device_count)),
-      default_mempools_(static_cast<std::size_t>(config_.device_count), nullptr)
+      default_mempools_(static_cast<std::size_t>(config_.device_count), nullptr),
+      default_managed_mempools_(static_cast<std::size_t>(config_.device_count), nullptr)
   {
     for (int device = 0; device < config_.device_count; ++device) {
       default_streams_.push_back(
@@ -246,6 +247,13 @@ class host_backend final : public backend {
     }
     return {};
   }
+  [[nodiscard]] bool is_migratable(void const* ptr, int device) noexcept override
+  {
+    // Every emulated device has concurrent managed access and none accesses pageable memory, so exactly
+    // managed memory (malloc_managed or a managed pool's blocks) migrates.
+    if (device != cudaCpuDeviceId && (device < 0 || device >= config_.device_count)) { return false; }
+    return managed_allocation_size(ptr).has_value();
+  }
 
   // ---- stream-ordered memory pools ------------------------------------------------------------------
   [[nodiscard]] cudaMemPool_t mempool_create(int device, mempool_handle_type /*handle_type*/,
@@ -265,7 +273,7 @@ class host_backend final : public backend {
     {
       detail::lock_guard lock{registry_mutex_};
       auto const found = mempools_.find(pool);
-      if (found == mempools_.end() || is_default_mempool(pool)) {
+      if (found == mempools_.end() || is_default_mempool(pool) || is_default_managed_mempool(pool)) {
         std::fprintf(stderr, "gpumem host backend: mempool_destroy of an unknown or default pool %p ignored\n",
                      static_cast<void*>(pool));
         return;
@@ -282,6 +290,19 @@ class host_backend final : public backend {
     auto& slot = default_mempools_[static_cast<std::size_t>(device)];
     if (slot == nullptr) {
       auto pool = make_mempool(device, 0);
+      slot = reinterpret_cast<cudaMemPool_t>(pool.get());
+      mempools_.emplace(slot, std::move(pool));
+    }
+    return slot;
+  }
+
+  [[nodiscard]] cudaMemPool_t mempool_default_managed(int device) override
+  {
+    check_device(device);
+    detail::lock_guard lock{registry_mutex_};
+    auto& slot = default_managed_mempools_[static_cast<std::size_t>(device)];
+    if (slot == nullptr) {
+      auto pool = make_mempool(device, 0, memory_kind::managed);
       slot = reinterpret_cast<cudaMemPool_t>(pool.get());
       mempools_.emplace(slot, std::move(pool));
     }
@@ -495,6 +516,14 @@ class host_backend final : public backend {
     if (bytes == 0) { return; }
     if (ptr == nullptr) { fail(cudaErrorInvalidValue, "mem_prefetch_async: null pointer"); }
     if (device != cudaCpuDeviceId) { check_device(device); }
+    // As cudaMemPrefetchAsync: only managed memory migrates, and the range must lie in one allocation.
+    std::optional<std::size_t> const available = managed_allocation_size(ptr);
+    if (!available) {
+      fail(cudaErrorInvalidValue, "mem_prefetch_async: the memory is not managed memory");
+    }
+    if (bytes > *available) {
+      fail(cudaErrorInvalidValue, "mem_prefetch_async: the range runs past the end of its managed allocation");
+    }
     // Host memory is where it is: the prefetch is an empty operation, enqueued so that the stream is
     // validated and the call is ordered like cudaMemPrefetchAsync.
     submit(stream, [] {}, "mem_prefetch_async");
@@ -685,11 +714,32 @@ class host_backend final : public backend {
     return *found->second;
   }
 
-  std::unique_ptr<host::host_mempool> make_mempool(int device, std::size_t max_size)
+  std::unique_ptr<host::host_mempool> make_mempool(int device, std::size_t max_size,
+                                                  memory_kind kind = memory_kind::device)
   {
     return std::make_unique<host::host_mempool>(
-      device, max_size, [this, device](std::size_t bytes) { return allocate(bytes, memory_kind::device, device); },
-      [this](void* ptr) { release(ptr, memory_kind::device, "mempool release", false); });
+      device, max_size, [this, device, kind](std::size_t bytes) { return allocate(bytes, kind, device); },
+      [this, kind](void* ptr) { release(ptr, kind, "mempool release", false); });
+  }
+
+  bool is_default_managed_mempool(cudaMemPool_t pool) const GPUMEM_REQUIRES(registry_mutex_)
+  {
+    return std::find(default_managed_mempools_.begin(), default_managed_mempools_.end(), pool) !=
+           default_managed_mempools_.end();
+  }
+
+  /// @return the bytes from `ptr` to the end of the managed allocation that holds it; nullopt when `ptr` is
+  /// not inside managed memory.
+  std::optional<std::size_t> managed_allocation_size(void const* ptr) noexcept
+  {
+    if (ptr == nullptr) { return std::nullopt; }
+    detail::lock_guard lock{memory_mutex_};
+    auto it = allocations_.upper_bound(const_cast<void*>(ptr));  // NOLINT: map key only
+    if (it == allocations_.begin()) { return std::nullopt; }
+    --it;
+    auto const offset = static_cast<std::size_t>(static_cast<char const*>(ptr) - static_cast<char const*>(it->first));
+    if (it->second.kind != memory_kind::managed || offset >= it->second.bytes) { return std::nullopt; }
+    return it->second.bytes - offset;
   }
 
   bool is_default_mempool(cudaMemPool_t pool) const GPUMEM_REQUIRES(registry_mutex_)
@@ -790,6 +840,7 @@ class host_backend final : public backend {
   host::handle_table<cudaEvent_t, host_event> events_ GPUMEM_GUARDED_BY(registry_mutex_){0xe};
   std::unordered_map<cudaMemPool_t, std::unique_ptr<host::host_mempool>> mempools_ GPUMEM_GUARDED_BY(registry_mutex_);
   std::vector<cudaMemPool_t> default_mempools_ GPUMEM_GUARDED_BY(registry_mutex_);  // per device, created lazily
+  std::vector<cudaMemPool_t> default_managed_mempools_ GPUMEM_GUARDED_BY(registry_mutex_);  // likewise, managed
   host::capture_rules captures_;
 
   static thread_local int current_device_;
