@@ -23,6 +23,8 @@ bool cuda_stream_view::is_idle() const { return detail::get_backend().stream_que
 
 int cuda_stream_view::priority() const { return detail::get_backend().stream_priority(stream_); }
 
+unsigned cuda_stream_view::flags() const { return detail::get_backend().stream_flags(stream_); }
+
 bool cuda_stream_view::is_capturing() const { return detail::get_backend().stream_is_capturing(stream_); }
 
 void cuda_stream_view::launch_host_func(void (*fn)(void*), void* user_data) const

@@ -27,6 +27,18 @@ void set_current_cuda_device(cuda_device_id device)
 
 int get_num_cuda_devices() { return detail::get_backend().device_count(); }
 
+std::vector<std::pair<std::string, int>> get_device_attributes(cuda_device_id device)
+{
+  return detail::get_backend().device_attributes(device.value());
+}
+
+cuda_device_id get_device_by_pci_bus_id(std::string const& pci_bus_id)
+{
+  return cuda_device_id{detail::get_backend().device_by_pci_bus_id(pci_bus_id)};
+}
+
+pointer_attributes get_pointer_attributes(void const* ptr) { return detail::get_backend().pointer_get_attributes(ptr); }
+
 cuda_set_device_raii::cuda_set_device_raii(cuda_device_id device)
   : previous_{get_current_cuda_device()}, needs_reset_{previous_ != device}
 {

@@ -71,4 +71,10 @@ void graph::launch(cuda_stream_view stream) const
   detail::get_backend().graph_launch(exec_, stream.value());
 }
 
+void discard_capture(cuda_stream_view stream)
+{
+  detail::backend& backend = detail::get_backend();
+  backend.graph_destroy(backend.stream_end_capture(stream.value()));
+}
+
 }  // namespace gpumem

@@ -21,4 +21,9 @@ void prefetch(void const* ptr, std::size_t bytes, cuda_device_id device, cuda_st
   backend.mem_prefetch_async(ptr, bytes, device.value(), stream.value());
 }
 
+void mem_advise(void const* ptr, std::size_t bytes, int advice, int device)
+{
+  detail::get_backend().mem_advise(ptr, bytes, advice, device);
+}
+
 }  // namespace gpumem

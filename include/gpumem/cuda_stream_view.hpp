@@ -54,6 +54,8 @@ class cuda_stream_view {
   [[nodiscard]] GPUMEM_EXPORT bool is_idle() const;
   /** @return the stream's priority (lower numbers are higher priorities). @throws cuda_error */
   [[nodiscard]] GPUMEM_EXPORT int priority() const;
+  /** @return the stream's creation flags (cudaStreamDefault or cudaStreamNonBlocking). @throws cuda_error */
+  [[nodiscard]] GPUMEM_EXPORT unsigned flags() const;
   /** @return true while the stream's work is captured into a graph (cudaStreamIsCapturing). @throws cuda_error */
   [[nodiscard]] GPUMEM_EXPORT bool is_capturing() const;
   /**

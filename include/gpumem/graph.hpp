@@ -77,4 +77,10 @@ class GPUMEM_EXPORT graph {
   bool capturing_{false};
 };
 
+/**
+ * @brief Ends the capture under way on `stream` (begun by anyone) and discards its graph.
+ * @throws gpumem::cuda_error as cudaStreamEndCapture: cudaErrorIllegalState when `stream` is not capturing.
+ */
+GPUMEM_EXPORT void discard_capture(cuda_stream_view stream);
+
 }  // namespace gpumem

@@ -44,4 +44,13 @@ void prefetch(std::span<T const> data, cuda_device_id device, cuda_stream_view s
   prefetch(static_cast<void const*>(data.data()), data.size_bytes(), device, stream);
 }
 
+/**
+ * @brief Advises CUDA how managed memory [ptr, ptr + bytes) will be used (cudaMemAdvise): `advice` a
+ * cudaMemoryAdvise value (1 to 6), `device` the device it concerns or cudaCpuDeviceId (-1). A hint; the host
+ * backend checks the arguments as CUDA does.
+ * @throws gpumem::cuda_error (cudaErrorInvalidValue for memory that is not managed or a bad advice,
+ *         cudaErrorInvalidDevice for a bad device).
+ */
+GPUMEM_EXPORT void mem_advise(void const* ptr, std::size_t bytes, int advice, int device);
+
 }  // namespace gpumem

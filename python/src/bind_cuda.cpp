@@ -30,7 +30,6 @@
 #include <gpumem/error.hpp>
 #include <gpumem/event.hpp>
 #include <gpumem/graph.hpp>
-#include <gpumem/backend/backend.hpp>
 
 #include <pybind11/stl.h>
 
@@ -478,7 +477,7 @@ before (per thread; blocks nest).)doc")
       [](py_device const& d) {
         existing(d);
         py::dict attributes;
-        for (auto const& [name, value] : detail::get_backend().device_attributes(d.id)) {
+        for (auto const& [name, value] : get_device_attributes(cuda_device_id{d.id})) {
           attributes[py::str(name)] = value;
         }
         return attributes;
@@ -493,7 +492,7 @@ before (per thread; blocks nest).)doc")
         if (!py::isinstance<py::str>(pci_bus_id)) {
           throw py::type_error("pci_bus_id must be a str, not " + std::string{py::str(py::type::of(pci_bus_id).attr("__name__"))});
         }
-        return py_device{detail::get_backend().device_by_pci_bus_id(pci_bus_id.cast<std::string>())};
+        return py_device{get_device_by_pci_bus_id(pci_bus_id.cast<std::string>()).value()};
       },
       py::arg("pci_bus_id"),
       "The Device at PCI bus id `pci_bus_id` (\"0000:3b:00.0\", as Device.pci_bus_id gives it). Raises "
@@ -776,7 +775,7 @@ Graph.launch, MemoryPointer's *_async copies). Streams compare and hash by their
     .def("query", &stream_done, "As `done`.")
     .def_property_readonly(
       "is_non_blocking",
-      [](py_stream const& s) { return (detail::get_backend().stream_flags(s.handle) & cudaStreamNonBlocking) != 0; },
+      [](py_stream const& s) { return (cuda_stream_view{s.handle}.flags() & cudaStreamNonBlocking) != 0; },
       "True for a stream made with non_blocking=True (cudaStreamNonBlocking); False for the default flag, the null "
       "and the per-thread default streams.")
     .def(
@@ -838,7 +837,7 @@ calls inside; during a capture it becomes part of the Graph and runs at each lau
                                                     "end it with Graph.capture_end() (cudaErrorIllegalState)");
           }
           try {  // CUDA's own error for a stream that is not capturing (cudaErrorIllegalState), as CuPy reports it
-            detail::get_backend().graph_destroy(detail::get_backend().stream_end_capture(s.handle));
+            discard_capture(cuda_stream_view{s.handle});
           } catch (cuda_error const& e) {
             throw cuda_error(e.code(), std::string{"end_capture() without begin_capture() on this stream: "} + e.what());
           }

@@ -14,7 +14,7 @@
 #include <gpumem/error.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/mr/managed_memory_resource.hpp>
-#include <gpumem/backend/backend.hpp>
+#include <gpumem/prefetch.hpp>
 
 #include <pybind11/detail/internals.h>
 #if __has_include(<pybind11/detail/exception_translation.h>)
@@ -161,7 +161,7 @@ class unowned_memory final : public device_memory {
 int pointer_device(std::uintptr_t address)
 {
   if (address == 0) { throw std::runtime_error("UnownedMemory requires explicit device ID for a null pointer."); }
-  int const device = detail::get_backend().pointer_get_attributes(reinterpret_cast<void const*>(address)).device;  // NOLINT
+  int const device = get_pointer_attributes(reinterpret_cast<void const*>(address)).device;  // NOLINT
   return device >= 0 ? device : current_device_id();
 }
 
@@ -334,8 +334,7 @@ ManagedMemory(size): raises ValueError for a negative size, OutOfMemoryError whe
         int const target = managed_target(device_id, m.device_id(), "device_id");
         if (m.size() == 0) { return; }
         py::gil_scoped_release const release;
-        detail::get_backend().mem_prefetch_async(reinterpret_cast<void const*>(m.ptr()), m.size(), target,  // NOLINT
-                                                 s.handle);
+        prefetch(reinterpret_cast<void const*>(m.ptr()), m.size(), cuda_device_id{target}, cuda_stream_view{s.handle});  // NOLINT
       },
       py::arg("stream") = py::none(), py::kw_only(), py::arg("device_id") = py::none(),
       "Migrates the memory to device `device_id` (None or -2, cudaInvalidDeviceId: the memory's device; -1: the "
@@ -353,7 +352,7 @@ ManagedMemory(size): raises ValueError for a negative size, OutOfMemoryError whe
         if (device != cudaCpuDeviceId && (device < 0 || device >= get_num_cuda_devices())) {
           throw cuda_error(cudaErrorInvalidDevice, "advise: device " + std::to_string(device) + " does not exist");
         }
-        detail::get_backend().mem_advise(reinterpret_cast<void const*>(m.ptr()), m.size(), advise.value, device);  // NOLINT
+        mem_advise(reinterpret_cast<void const*>(m.ptr()), m.size(), advise.value, device);  // NOLINT
       },
       py::arg("advise"), py::arg("dev"),
       "Advises CUDA how the memory will be used (cudaMemAdvise over the whole memory): `advise` a cudaMemoryAdvise "

@@ -9,7 +9,8 @@
 #include "memory_hooks.hpp"
 #include "registry.hpp"
 
-#include <gpumem/backend/backend.hpp>
+#include <gpumem/cublas_handle.hpp>
+#include <gpumem/cuda_device_id.hpp>
 #include <gpumem/device.hpp>
 #include <gpumem/error.hpp>
 
@@ -26,7 +27,7 @@ class cublas_handle {
   {
     check_device_id(cuda_device_id{device});
     py::gil_scoped_release const release;
-    handle_ = detail::get_backend().cublas_create(device);
+    handle_ = create_cublas_handle(cuda_device_id{device});
   }
   ~cublas_handle() { destroy(); }
   cublas_handle(cublas_handle const&) = delete;
@@ -37,7 +38,7 @@ class cublas_handle {
   void destroy() noexcept
   {
     if (handle_ == nullptr) { return; }
-    detail::get_backend().cublas_destroy(handle_, device_);
+    destroy_cublas_handle(handle_, cuda_device_id{device_});
     handle_ = nullptr;
   }
   [[nodiscard]] std::uintptr_t ptr() const noexcept { return to_int(handle_); }
@@ -54,7 +55,7 @@ registration const cuda_runtime_registration{binding_order::buffers, "cuda_runti
     "_pointer_get_attributes",
     [](checked<std::uintptr_t, "ptr"> ptr) {
       pointer_attributes const a =
-        detail::get_backend().pointer_get_attributes(reinterpret_cast<void const*>(ptr.value));  // NOLINT
+        get_pointer_attributes(reinterpret_cast<void const*>(ptr.value));  // NOLINT
       return py::make_tuple(a.type, a.device, to_int(a.device_pointer), to_int(a.host_pointer));
     },
     py::arg("ptr"), "cudaPointerGetAttributes(ptr) as (type, device, devicePointer, hostPointer).");

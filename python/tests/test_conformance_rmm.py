@@ -526,7 +526,7 @@ def test_rmms_keyword_names_are_accepted_beside_gpumems():
     binning = mr.BinningMemoryResource(upstream_mr=pool, min_size_exponent=10, max_size_exponent=12)
     binning.deallocate(binning.allocate(1000), 1000)
     with pytest.raises(TypeError, match="upstream_mr"):
-        mr.PoolMemoryResource(upstream, upstream_mr=upstream)
+        mr.PoolMemoryResource(upstream=upstream, upstream_mr=upstream)
 
     buf = rmm.DeviceBuffer.to_device(b=b"\x01\x02\x03")
     out = np.zeros(3, dtype=np.uint8)

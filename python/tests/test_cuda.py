@@ -20,7 +20,12 @@ WAIT = 10.0  # seconds: a generous limit for things that should happen at once
 
 
 def gate(stream):
-    """Holds `stream` back until the returned threading.Event is set (a callback that waits)."""
+    """Holds `stream` back until the returned threading.Event is set (a callback that waits).
+
+    Garbage of earlier tests is collected first: a resource collected while the gate is closed would free its
+    memory with the GIL held, and a free synchronises the device, which waits for the gate's callback, which
+    waits for the GIL."""
+    gc.collect()
     opened = threading.Event()
     stream.add_callback(lambda s, status, arg: arg.wait(WAIT), opened)
     return opened

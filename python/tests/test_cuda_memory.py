@@ -26,7 +26,10 @@ WAIT = 10.0  # seconds: a generous limit for things that should happen at once
 
 
 def gate(stream):
-    """Holds `stream` back until the returned threading.Event is set (a callback that waits)."""
+    """Holds `stream` back until the returned threading.Event is set (a callback that waits). Garbage is
+    collected first: a resource collected while the gate is closed would free (and so synchronise the device)
+    with the GIL held, which the gate's callback waits for."""
+    gc.collect()
     opened = threading.Event()
     stream.add_callback(lambda s, status, arg: arg.wait(WAIT), opened)
     return opened
