@@ -2,8 +2,6 @@
 
 import sys
 
-import numpy
-
 from .._gpumem import cuda as _cuda
 
 
@@ -30,7 +28,7 @@ def get_array_module(*args):
       PyTorch CUDA tensor, ...) -> cupy when the cuda backend runs and CuPy imports (cupy.asarray takes such an
       object without a copy); otherwise gpumem.cuda, whose asnumpy copies any of them to the host (the host
       backend's device memory is not for CuPy);
-    - otherwise numpy.
+    - otherwise numpy (imported then: gpumem itself does not need NumPy).
     """
     ndarray = _cupy_ndarray()
     if ndarray is not None and any(isinstance(arg, ndarray) for arg in args):
@@ -41,4 +39,6 @@ def get_array_module(*args):
             if cupy is not None:
                 return cupy
         return sys.modules[__package__]
+    import numpy
+
     return numpy
