@@ -477,3 +477,37 @@ TEST(RmmCudaAsyncManaged, AllocatesManagedMemoryStreamOrdered)
 }
 
 }  // namespace
+
+TEST(RmmResources, CallbackMemoryResourceCallsTheFunctionsWithTheirArguments)
+{
+  rmm::mr::cuda_memory_resource upstream;
+  int allocations = 0;
+  int deallocations = 0;
+  rmm::mr::callback_memory_resource callbacks{
+    [&](std::size_t bytes, rmm::cuda_stream_view stream, void* arg) {
+      ++*static_cast<int*>(arg);
+      return upstream.allocate(bytes, stream);
+    },
+    [&](void* ptr, std::size_t bytes, rmm::cuda_stream_view stream, void* arg) {
+      ++*static_cast<int*>(arg);
+      upstream.deallocate(ptr, bytes, stream);
+    },
+    &allocations, &deallocations};
+  rmm::cuda_stream stream;
+  allocate_write_read_free(callbacks, stream);
+  EXPECT_EQ(allocations, deallocations);
+  EXPECT_GE(allocations, 1);
+  stream.synchronize();
+}
+
+TEST(RmmResources, SystemMemoryResourceWhereTheDeviceReadsPageableMemory)
+{
+  if (!rmm::mr::is_system_memory_supported(rmm::get_current_cuda_device())) {
+    EXPECT_THROW(rmm::mr::system_memory_resource{}, rmm::cuda_error) << "RMM refuses it there too";
+    return;
+  }
+  rmm::mr::system_memory_resource system;
+  rmm::cuda_stream stream;
+  allocate_write_read_free(system, stream);
+  stream.synchronize();
+}

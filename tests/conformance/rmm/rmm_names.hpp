@@ -22,6 +22,7 @@
 #include <gpumem/mr/aligned_resource_adaptor.hpp>
 #include <gpumem/mr/arena_memory_resource.hpp>
 #include <gpumem/mr/binning_memory_resource.hpp>
+#include <gpumem/mr/callback_memory_resource.hpp>
 #include <gpumem/mr/cuda_async_managed_memory_resource.hpp>
 #include <gpumem/mr/cuda_async_memory_resource.hpp>
 #include <gpumem/mr/cuda_async_view_memory_resource.hpp>
@@ -38,6 +39,7 @@
 #include <gpumem/mr/pool_memory_resource.hpp>
 #include <gpumem/mr/prefetch_resource_adaptor.hpp>
 #include <gpumem/mr/statistics_resource_adaptor.hpp>
+#include <gpumem/mr/system_memory_resource.hpp>
 #include <gpumem/mr/thread_safe_resource_adaptor.hpp>
 #include <gpumem/mr/tracking_resource_adaptor.hpp>
 #include <gpumem/prefetch.hpp>
@@ -91,6 +93,11 @@ using gpumem::mr::cuda_async_memory_resource;
 using gpumem::mr::cuda_async_view_memory_resource;
 using gpumem::mr::cuda_memory_resource;
 using gpumem::mr::managed_memory_resource;
+using gpumem::mr::system_memory_resource;
+using gpumem::mr::is_system_memory_supported;
+using gpumem::mr::callback_memory_resource;
+using gpumem::mr::allocate_callback_t;
+using gpumem::mr::deallocate_callback_t;
 
 // sub-allocators: RMM's upstream template parameter is accepted and ignored
 template <class Upstream>
