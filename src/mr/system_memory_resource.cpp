@@ -16,16 +16,26 @@ namespace {
 
 constexpr std::align_val_t alignment{detail::allocation_alignment};
 
+/// Bytes of `pages` pages of sysconf's `name` (_SC_PHYS_PAGES, _SC_AVPHYS_PAGES); 0 where sysconf cannot say.
+std::size_t system_pages_bytes(int name)
+{
+  long const page = ::sysconf(_SC_PAGESIZE);
+  long const pages = ::sysconf(name);
+  return page > 0 && pages > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : std::size_t{0};
+}
+
 /// "X free of Y total": the system's physical memory, as sysconf reports it (0 where it cannot).
 std::string system_memory_text()
 {
-  long const page = ::sysconf(_SC_PAGESIZE);
-  long const available = ::sysconf(_SC_AVPHYS_PAGES);
-  long const physical = ::sysconf(_SC_PHYS_PAGES);
-  auto const bytes = [page](long pages) {
-    return page > 0 && pages > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : std::size_t{0};
-  };
-  return format_bytes(bytes(available)) + " free of " + format_bytes(bytes(physical)) + " total";
+  return format_bytes(system_pages_bytes(_SC_AVPHYS_PAGES)) + " free of " +
+         format_bytes(system_pages_bytes(_SC_PHYS_PAGES)) + " total";
+}
+
+[[noreturn]] void throw_out_of_memory(std::size_t bytes, cuda_device_id device, char const* why)
+{
+  throw out_of_memory("gpumem::mr::system_memory_resource: the system allocator could not allocate " +
+                      format_bytes(bytes) + " of host memory for device " + std::to_string(device.value()) + why +
+                      " (system memory: " + system_memory_text() + ")");
 }
 
 cuda_device_id supported_current_device()
@@ -52,12 +62,14 @@ system_memory_resource::system_memory_resource() : device_{supported_current_dev
 
 void* system_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view /*stream*/)
 {
-  void* const ptr = ::operator new(bytes, alignment, std::nothrow);
-  if (ptr == nullptr) {
-    throw out_of_memory("gpumem::mr::system_memory_resource: the system allocator could not allocate " +
-                        format_bytes(bytes) + " of host memory for device " + std::to_string(device_.value()) +
-                        " (system memory: " + system_memory_text() + ")");
+  // A request larger than the system's physical memory is refused before the system allocator sees it: with
+  // overcommit it might "succeed" only to fail at first touch, and sanitizers abort on such sizes.
+  std::size_t const physical = system_pages_bytes(_SC_PHYS_PAGES);
+  if (physical != 0 && bytes > physical) {
+    throw_out_of_memory(bytes, device_, ": more than the system's physical memory");
   }
+  void* const ptr = ::operator new(bytes, alignment, std::nothrow);
+  if (ptr == nullptr) { throw_out_of_memory(bytes, device_, ""); }
   return ptr;
 }
 

@@ -50,7 +50,8 @@ class GPUMEM_EXPORT system_memory_resource final : public device_memory_resource
 #endif
 
  private:
-  /** @throws gpumem::out_of_memory when the system allocator has not the memory (the message names the size). */
+  /** @throws gpumem::out_of_memory when the system allocator has not the memory, or the request exceeds the
+   *  system's physical memory (the message names the size and the system's free and total memory). */
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
   [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
