@@ -121,10 +121,10 @@ TEST_F(CudaAsyncManagedTest, memory_freed_on_a_stream_is_reused_on_that_stream)
   managed.deallocate(first, 8192, stream);
   void* const second = managed.allocate(8192, stream);
   EXPECT_EQ(second, first) << "stream-ordered reuse on the freeing stream";
-  managed.deallocate(second, 8192, stream);
-  // Before the synchronisation: a pool whose release threshold is 0 (CUDA's default) may give its memory back
-  // to the system when a stream synchronises.
+  // While the block is held: once it is freed, a pool whose release threshold is 0 (CUDA's default) may give
+  // its memory back to the system at any synchronisation.
   EXPECT_GE(managed.usage().reserved_current, std::size_t{8192});
+  managed.deallocate(second, 8192, stream);
   stream.synchronize();
 }
 
