@@ -7,6 +7,9 @@ is usable, and otherwise runs on the cuda backend.
 
 import gc
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -49,3 +52,19 @@ def current_resource():
     yield
     gc.collect()
     mr.set_current_device_resource(previous)
+
+
+@pytest.fixture
+def run_on_two_host_devices():
+    """A function that runs a Python script (dedented) in a new interpreter on the host backend with two
+    emulated devices, and asserts that it exited with 0 after printing "ok" (the device count is fixed when the
+    backend starts, so a second device needs a new process)."""
+
+    def run(script, timeout=60):
+        env = dict(os.environ, GPUMEM_BACKEND="host", GPUMEM_HOST_DEVICES="2")
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True, text=True, timeout=timeout
+        )
+        assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+    return run

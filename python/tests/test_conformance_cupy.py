@@ -403,12 +403,8 @@ def test_unowned_memory_finds_the_pointers_device():
 
 
 @host_only
-def test_unowned_memory_finds_the_device_of_each_host_device():
-    import os
-    import subprocess
-    import textwrap
-
-    script = textwrap.dedent(
+def test_unowned_memory_finds_the_device_of_each_host_device(run_on_two_host_devices):
+    run_on_two_host_devices(
         """
         import gpumem.cuda as cuda
         with cuda.Device(1):
@@ -418,9 +414,6 @@ def test_unowned_memory_finds_the_device_of_each_host_device():
         print("ok")
         """
     )
-    env = dict(os.environ, GPUMEM_BACKEND="host", GPUMEM_HOST_DEVICES="2")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 def test_memory_async_stream_ref_is_a_weak_reference_to_the_stream():

@@ -5,9 +5,7 @@ Passes on the host backend (streams are worker threads, events carry timestamps)
 
 import gc
 import os
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 import weakref
@@ -77,8 +75,8 @@ def test_device_context_manager_restores_the_previous_device():
 
 
 @pytest.mark.skipif(os.environ.get("GPUMEM_BACKEND") != "host", reason="emulates two devices on the host backend")
-def test_device_context_manager_with_two_host_devices():
-    script = textwrap.dedent(
+def test_device_context_manager_with_two_host_devices(run_on_two_host_devices):
+    run_on_two_host_devices(
         """
         import gpumem.cuda as cuda
         assert cuda.get_device_count() == 2
@@ -95,9 +93,6 @@ def test_device_context_manager_with_two_host_devices():
         print("ok")
         """
     )
-    env = dict(os.environ, GPUMEM_BACKEND="host", GPUMEM_HOST_DEVICES="2")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 # ---- streams ---------------------------------------------------------------------------------------------
@@ -239,8 +234,8 @@ def test_get_current_stream_takes_a_device_id():
 
 
 @pytest.mark.skipif(os.environ.get("GPUMEM_BACKEND") != "host", reason="emulates two devices on the host backend")
-def test_the_current_stream_is_per_device_and_thread_with_two_host_devices():
-    script = textwrap.dedent(
+def test_the_current_stream_is_per_device_and_thread_with_two_host_devices(run_on_two_host_devices):
+    run_on_two_host_devices(
         """
         import gpumem.cuda as cuda
         with cuda.Device(0):
@@ -272,9 +267,6 @@ def test_the_current_stream_is_per_device_and_thread_with_two_host_devices():
         print("ok")
         """
     )
-    env = dict(os.environ, GPUMEM_BACKEND="host", GPUMEM_HOST_DEVICES="2")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 def test_with_stream_restores_after_an_exception():

@@ -9,9 +9,7 @@ GPU) and on the cuda backend.
 import ctypes
 import gc
 import os
-import subprocess
 import sys
-import textwrap
 import threading
 import weakref
 
@@ -539,8 +537,8 @@ def test_default_memory_pool():
     assert pool.used_bytes() == used + 4096
 
 
-def test_per_device_pools():
-    script = textwrap.dedent("""
+def test_per_device_pools(run_on_two_host_devices):
+    run_on_two_host_devices("""
         import gpumem.cuda as cuda
         pool = cuda.MemoryPool()
         a = pool.malloc(1024)
@@ -553,11 +551,7 @@ def test_per_device_pools():
         assert a.device_id == 0 and pool.used_bytes() == 1024 and pool.get_limit() == 0
         b.copy_from_device(a, 1024)  # across devices
         print("ok")
-    """)
-    env = dict(os.environ, GPUMEM_BACKEND="host", GPUMEM_HOST_DEVICES="2")
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
+    """, timeout=120)
 
 
 # ---- MemoryAsyncPool -------------------------------------------------------------------------------------
