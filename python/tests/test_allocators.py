@@ -27,6 +27,7 @@ import pytest
 import gpumem
 import gpumem.allocators
 from gpumem import mr
+from torch_hooks_table import hooks_table
 
 MiB = 1 << 20
 GPUMEM_SUCCESS = 0
@@ -81,25 +82,9 @@ def test_the_numba_plug_in_needs_numba_only_when_asked_for():
 
 # ---- the hooks table, through ctypes ----------------------------------------------------------------------
 
-ALLOC_ASYNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p,
-                               ctypes.POINTER(ctypes.c_void_p))
-FREE_ASYNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-LAST_ERROR = ctypes.CFUNCTYPE(ctypes.c_char_p)
-
-
-class Hooks(ctypes.Structure):
-    """gpumem_allocator_hooks (python/torch_allocator/gpumem_allocator_hooks.h), version 1."""
-
-    _fields_ = [("alloc_async", ALLOC_ASYNC), ("free_async", FREE_ASYNC), ("last_error", LAST_ERROR)]
-
-
 @pytest.fixture
 def hooks():
-    assert gpumem._gpumem._allocator_hooks_version == 1
-    address = gpumem._gpumem._allocator_hooks_address()
-    assert isinstance(address, int) and address != 0
-    assert gpumem._gpumem._allocator_hooks_address() == address  # one table per process
-    return Hooks.from_address(address)
+    return hooks_table()
 
 
 def test_the_hooks_allocate_from_the_current_resource_and_free_through_gpumem(hooks, current_resource):

@@ -26,15 +26,20 @@
 #include <gpumem.h>
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /** @brief The version of gpumem_allocator_hooks this header describes. */
-#define GPUMEM_ALLOCATOR_HOOKS_VERSION 1
+#define GPUMEM_ALLOCATOR_HOOKS_VERSION 2
 
-/** @brief gpumem's plain C API (gpumem.h), as one process-wide table. Version 1. */
+/**
+ * @brief gpumem's plain C API (gpumem.h), as one process-wide table (version 1), and the PyTorch allocator's
+ * features (version 2): private pools for CUDA graphs, Tensor.record_stream, emptying the cache, a memory
+ * fraction, and the per-device statistics and history that gpumem.torch reports.
+ */
 typedef struct gpumem_allocator_hooks {
   /**
    * @brief As gpumem_alloc_async(size, stream, out), on `device`: made current for the call and restored
@@ -54,6 +59,53 @@ typedef struct gpumem_allocator_hooks {
    * failed); valid until the next failing call on this thread. Never NULL.
    */
   const char* (*last_error)(void);
+
+  /* ---- version 2 ------------------------------------------------------------------------------------ */
+
+  /**
+   * @brief `size` bytes on `device` (made current for the call, as alloc_async does), ordered on `stream`.
+   * Pool (0, 0) is the device's PyTorch resource: gpumem.torch's configured resource, built on the device's
+   * first allocation when the program has not set one, else the device's current gpumem resource. Any other
+   * pool id is a private pool of CUDA graphs, made by pool_begin: blocks of a private pool are never handed
+   * out to another pool.
+   * When the resource is out of memory, gpumem makes room (spill managers registered with gpumem.torch give
+   * back device memory, idle private pools are released) and tries once more before it fails.
+   * @return as alloc_async; GPUMEM_ERROR_INVALID_VALUE for a private pool that pool_begin did not make.
+   */
+  gpumem_status (*alloc2)(size_t size, int device, void* stream, uint64_t pool_a, uint64_t pool_b, void** out);
+  /**
+   * @brief Frees `ptr` (from alloc2; `size` and `device` as allocated) for reuse by work on `stream`, the stream
+   * it was allocated on, after the work of every stream that record_stream added for it. Closed at exit as
+   * free_async is.
+   */
+  gpumem_status (*free2)(void* ptr, size_t size, int device, void* stream);
+  /**
+   * @brief PyTorch's Tensor.record_stream: the block at `ptr` (a live allocation of alloc2) is in use on `stream`
+   * too, so its free waits for the work queued on `stream` until then (stream-ordered, no host wait).
+   * @return GPUMEM_ERROR_INVALID_VALUE when `ptr` is not live, or when record_stream is configured to refuse.
+   */
+  gpumem_status (*record_stream)(void* ptr, void* stream);
+  /**
+   * @brief A CUDA graph capture on `device` starts allocating to private pool (pool_a, pool_b): the pool is
+   * made, or its use count raised.
+   */
+  gpumem_status (*pool_begin)(int device, uint64_t pool_a, uint64_t pool_b);
+  /** @brief The capture that allocated to the pool ended: frees held back during it are carried out. */
+  gpumem_status (*pool_end)(int device, uint64_t pool_a, uint64_t pool_b);
+  /** @brief The pool's use count drops; at zero, with no live block, its memory goes back to the device. */
+  gpumem_status (*pool_release)(int device, uint64_t pool_a, uint64_t pool_b);
+  /**
+   * @brief Returns the memory that no live block uses to the device: the device's PyTorch resource's free
+   * memory (where the resource can give it back) and idle private pools. `device` < 0: every device.
+   * @param released receives the bytes given back (may be NULL).
+   */
+  gpumem_status (*empty_cache)(int device, size_t* released);
+  /**
+   * @brief Caps the device memory the device's PyTorch resource may hold at `fraction` of the device's total
+   * (0 < fraction <= 1). @return GPUMEM_ERROR_INVALID_VALUE for a fraction out of range or a resource that
+   * takes no limit.
+   */
+  gpumem_status (*set_memory_fraction)(double fraction, int device);
 } gpumem_allocator_hooks;
 
 #ifdef __cplusplus

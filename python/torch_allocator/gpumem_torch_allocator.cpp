@@ -11,6 +11,9 @@
 //   void* gpumem_torch_alloc(ssize_t size, int device, cudaStream_t stream)          PyTorch's alloc_fn
 //   void  gpumem_torch_free(void* ptr, ssize_t size, int device, cudaStream_t stream)  PyTorch's free_fn
 //   int   gpumem_torch_built_with_torch(void)
+//   void  gpumem_torch_record_stream(void* ptr, cudaStream_t stream)                 set_record_stream_fn
+//   void  gpumem_torch_empty_cache(void)                                              set_reset_fn
+//   void  gpumem_torch_set_memory_fraction(double fraction, int device)               set_memory_fraction_fn
 // cudaStream_t is a pointer, so `void*` here is the same ABI, and the library needs no CUDA headers.
 //
 // Failure: PyTorch's CUDAPluggableAllocator::malloc does not check for NULL (it would hand out a tensor at
@@ -19,7 +22,8 @@
 // layer raises as torch.OutOfMemoryError, or c10::Error (RuntimeError) for anything else, with gpumem's
 // message. Built without PyTorch, it prints the message to stderr and returns NULL, and
 // gpumem_torch_built_with_torch() says 0, so that torch_allocator() refuses to use it. Frees never throw
-// (PyTorch calls them from destructors): a failure is printed to stderr.
+// (PyTorch calls them from destructors): a failure is printed to stderr. The setter hooks (record_stream,
+// memory fraction) throw c10::Error with gpumem's message when built with PyTorch; without it they print it.
 #include "gpumem_allocator_hooks.h"
 
 #include <atomic>
@@ -64,6 +68,26 @@ void report_alloc_failure(gpumem_status status, ssize_t size, int device, char c
 #endif
 }
 
+/// Reports a failed call of a setter hook: c10::Error (RuntimeError in Python) with PyTorch, else stderr.
+void report_failure(char const* what, char const* why)
+{
+#if GPUMEM_TORCH_ALLOCATOR_WITH_TORCH
+  TORCH_CHECK(false, "gpumem: ", what, ": ", why);
+#else
+  std::fprintf(stderr, "gpumem: %s: %s\n", what, why);
+#endif
+}
+
+/// The installed table, or a failure reported for `what` (then null).
+gpumem_allocator_hooks const* hooks_for(char const* what)
+{
+  gpumem_allocator_hooks const* const hooks = installed_hooks.load(std::memory_order_acquire);
+  if (hooks == nullptr) {
+    report_failure(what, "called before gpumem_torch_install: build the allocator with gpumem.torch.install()");
+  }
+  return hooks;
+}
+
 }  // namespace
 
 /**
@@ -75,11 +99,14 @@ void report_alloc_failure(gpumem_status status, ssize_t size, int device, char c
  */
 GPUMEM_TORCH_ALLOCATOR_API int gpumem_torch_install(gpumem_allocator_hooks const* hooks, int version)
 {
-  if (hooks == nullptr || hooks->alloc_async == nullptr || hooks->free_async == nullptr ||
-      hooks->last_error == nullptr) {
+  if (hooks == nullptr) { return 1; }
+  if (version < GPUMEM_ALLOCATOR_HOOKS_VERSION) { return 2; }
+  if (hooks->alloc_async == nullptr || hooks->free_async == nullptr ||
+      hooks->last_error == nullptr || hooks->alloc2 == nullptr || hooks->free2 == nullptr ||
+      hooks->record_stream == nullptr || hooks->pool_begin == nullptr || hooks->pool_end == nullptr ||
+      hooks->pool_release == nullptr || hooks->empty_cache == nullptr || hooks->set_memory_fraction == nullptr) {
     return 1;
   }
-  if (version < GPUMEM_ALLOCATOR_HOOKS_VERSION) { return 2; }
   installed_hooks.store(hooks, std::memory_order_release);
   return 0;
 }
@@ -103,7 +130,7 @@ GPUMEM_TORCH_ALLOCATOR_API void* gpumem_torch_alloc(ssize_t size, int device, vo
     return nullptr;
   }
   void* ptr = nullptr;
-  gpumem_status const status = hooks->alloc_async(static_cast<size_t>(size), device, stream, &ptr);
+  gpumem_status const status = hooks->alloc2(static_cast<size_t>(size), device, stream, 0, 0, &ptr);
   if (status != GPUMEM_SUCCESS) {
     report_alloc_failure(status, size, device, hooks->last_error());
     return nullptr;
@@ -126,7 +153,7 @@ GPUMEM_TORCH_ALLOCATOR_API void gpumem_torch_free(void* ptr, ssize_t size, int d
                  ptr, size, device);
     return;
   }
-  if (hooks->free_async(ptr, stream) != GPUMEM_SUCCESS) {
+  if (hooks->free2(ptr, static_cast<size_t>(size), device, stream) != GPUMEM_SUCCESS) {
     std::fprintf(stderr, "gpumem_torch_free: could not free %p (%zd bytes, device %d): %s\n", ptr, size, device,
                  hooks->last_error());
   }
@@ -134,3 +161,33 @@ GPUMEM_TORCH_ALLOCATOR_API void gpumem_torch_free(void* ptr, ssize_t size, int d
 
 /** @brief 1 when built with PyTorch's headers (failures throw c10 errors), 0 otherwise (failures return NULL). */
 GPUMEM_TORCH_ALLOCATOR_API int gpumem_torch_built_with_torch(void) { return GPUMEM_TORCH_ALLOCATOR_WITH_TORCH; }
+
+/**
+ * @brief PyTorch's record_stream_fn (Tensor.record_stream): the block at `ptr` is used on `stream` too, so its free
+ * is ordered after the work queued there. Throws c10::Error when gpumem refuses (see gpumem_allocator_hooks.h).
+ */
+GPUMEM_TORCH_ALLOCATOR_API void gpumem_torch_record_stream(void* ptr, void* stream)
+{
+  gpumem_allocator_hooks const* const hooks = hooks_for("Tensor.record_stream");
+  if (hooks != nullptr && hooks->record_stream(ptr, stream) != GPUMEM_SUCCESS) {
+    report_failure("Tensor.record_stream", hooks->last_error());
+  }
+}
+
+/** @brief PyTorch's reset_fn (torch.cuda.empty_cache): gives the memory no tensor uses back to every device. */
+GPUMEM_TORCH_ALLOCATOR_API void gpumem_torch_empty_cache(void)
+{
+  gpumem_allocator_hooks const* const hooks = hooks_for("torch.cuda.empty_cache");
+  if (hooks != nullptr && hooks->empty_cache(-1, nullptr) != GPUMEM_SUCCESS) {
+    report_failure("torch.cuda.empty_cache", hooks->last_error());
+  }
+}
+
+/** @brief PyTorch's memory_fraction_fn (torch.cuda.set_per_process_memory_fraction). Throws c10::Error on failure. */
+GPUMEM_TORCH_ALLOCATOR_API void gpumem_torch_set_memory_fraction(double fraction, int device)
+{
+  gpumem_allocator_hooks const* const hooks = hooks_for("torch.cuda.set_per_process_memory_fraction");
+  if (hooks != nullptr && hooks->set_memory_fraction(fraction, device) != GPUMEM_SUCCESS) {
+    report_failure("torch.cuda.set_per_process_memory_fraction", hooks->last_error());
+  }
+}
