@@ -1,0 +1,1 @@
+"""The recorder of allocation history with Python stack traces."""
