@@ -1,0 +1,180 @@
+"""PyTorch's allocators against gpumem's on two real programs: step time, peak device memory, largest batch.
+
+    python3 benchmarks/python/torch_memory_bench.py [--json OUT.json] [--markdown OUT.md] [--quick]
+        [--allocators LABEL,...] [--fit-allocators LABEL,...] [--programs train,generate] [--budget BYTES]
+
+Each (program, allocator) runs in a process of its own (torch_programs.py): PyTorch's allocator can be chosen
+only once per process, and a fresh process starts every allocator from an empty device. Allocators (labels):
+
+    pytorch       PyTorch's caching allocator, default settings
+    expandable    PyTorch's caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    gpumem        gpumem.torch.install(): gpumem's default for PyTorch
+    gpumem-vmm-2m gpumem's VMM pool with 2 MiB slabs (resource:vmm,slab_size:2MiB)
+    gpumem-async  gpumem over cudaMallocAsync (resource:async)
+
+Per allocator and program: the median step time (train: one optimizer step; generate: one generated token) after
+the warm-up, the peak device memory the process used (cuMemGetInfo sampled every millisecond, minus the memory in
+use before the first tensor), and, for the --fit-allocators, the largest batch that fits in --budget bytes of
+device memory (the rest taken by a cudaMalloc ballast before the first tensor; each probe a process running the
+program at its longest sequence; found by doubling, then bisection). Figures are for the device it runs on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+HERE = Path(__file__).resolve().parent
+PROGRAM = HERE / "torch_programs.py"
+GiB = 1 << 30
+
+ALLOCATORS = {
+    "pytorch": ("pytorch", {}),
+    "expandable": ("pytorch", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    "gpumem": ("gpumem", {}),
+    "gpumem-vmm-2m": ("gpumem:resource:vmm,slab_size:2MiB", {}),
+    "gpumem-async": ("gpumem:resource:async", {}),
+}
+OOM_EXIT = 3
+
+
+def run_program(program: str, label: str, extra: List[str], timeout: float = 300) -> Optional[dict]:
+    """One process of torch_programs.py; its JSON result, or None when it ran out of memory."""
+    allocator, env = ALLOCATORS[label]
+    environment = dict(os.environ)
+    environment.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+    environment.pop("GPUMEM_TORCH_ALLOC_CONF", None)
+    environment.update(env)
+    done = subprocess.run([sys.executable, str(PROGRAM), program, allocator, *extra], capture_output=True,
+                          text=True, env=environment, timeout=timeout)
+    if done.returncode == OOM_EXIT:
+        return None
+    if done.returncode != 0:
+        raise RuntimeError(f"{program} with {label} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def largest_fitting(fits: Callable[[int], bool], start: int = 4, limit: int = 512) -> int:
+    """The largest n in [1, limit] with fits(n), for a monotone fits(); 0 when even 1 does not fit.
+
+    Doubles from `start` until a failure (or `limit`), then bisects between the last success and the failure.
+    """
+    good, bad = 0, None
+    n = max(1, min(start, limit))
+    while bad is None:
+        if fits(n):
+            good = n
+            if n == limit:
+                return n
+            n = min(2 * n, limit)
+        else:
+            bad = n
+    if good == 0:  # the start failed: search below it
+        low, high = 0, bad
+    else:
+        low, high = good, bad
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def parse_budgets(text: str) -> Dict[str, int]:
+    """"train:16GiB,generate:4GiB" -> {"train": 16 GiB, "generate": 4 GiB} (units B, KiB, MiB, GiB)."""
+    units = {"GiB": GiB, "MiB": 1 << 20, "KiB": 1 << 10, "B": 1}
+    budgets = {}
+    for item in filter(None, text.split(",")):
+        program, _, size = item.partition(":")
+        unit = next((u for u in units if size.endswith(u)), None)
+        number = size[: -len(unit)] if unit else size
+        try:
+            budgets[program] = int(float(number) * units[unit or "B"])
+        except ValueError:
+            raise SystemExit(f"torch_memory_bench: bad budget {item!r} (expected PROGRAM:SIZE, e.g. train:16GiB)")
+    return budgets
+
+
+def markdown(results: Dict[str, Dict[str, dict]], fits: Dict[str, Dict[str, int]], budgets: Dict[str, int]) -> str:
+    """The results as one markdown table per program, ratios against PyTorch's default allocator."""
+    lines = []
+    for program, rows in results.items():
+        unit = "ms per step" if program == "train" else "ms per token"
+        budget = budgets.get(program, 0)
+        lines += [f"**{program}**", "",
+                  f"| allocator | median {unit} | vs pytorch | peak device memory | vs pytorch | "
+                  f"largest batch in {budget / GiB:g} GiB |", "| --- | --- | --- | --- | --- | --- |"]
+        base = rows.get("pytorch")
+        for label, row in rows.items():
+            time_ratio = f"{row['median_ms'] / base['median_ms']:.3f}" if base else "-"
+            peak_ratio = f"{row['peak_bytes'] / base['peak_bytes']:.3f}" if base else "-"
+            fit = fits.get(program, {}).get(label)
+            lines.append(f"| {label} | {row['median_ms']:.2f} | {time_ratio} | {row['peak_bytes'] / GiB:.2f} GiB | "
+                         f"{peak_ratio} | {'-' if fit is None else fit} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--programs", default="train,generate")
+    parser.add_argument("--allocators", default=",".join(ALLOCATORS))
+    parser.add_argument("--fit-allocators", default="pytorch,expandable,gpumem")
+    parser.add_argument("--budget", default="train:16GiB,generate:4GiB",
+                        help="device memory for the largest-batch search, per program (PROGRAM:SIZE,...)")
+    parser.add_argument("--steps", type=int, default=40, help="steps (train) or requests (generate) per run")
+    parser.add_argument("--quick", action="store_true", help="fewer steps (for a time-limited machine)")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--markdown", type=Path)
+    args = parser.parse_args(argv)
+    programs = [p for p in args.programs.split(",") if p]
+    labels = [a for a in args.allocators.split(",") if a]
+    fit_labels = [a for a in args.fit_allocators.split(",") if a]
+    for label in labels + fit_labels:
+        if label not in ALLOCATORS:
+            parser.error(f"unknown allocator {label!r}; choose from {', '.join(ALLOCATORS)}")
+    steps = {"train": 25 if args.quick else args.steps, "generate": 8 if args.quick else max(8, args.steps // 3)}
+    budgets = parse_budgets(args.budget)
+
+    results: Dict[str, Dict[str, dict]] = {}
+    fits: Dict[str, Dict[str, int]] = {}
+    for program in programs:
+        results[program] = {}
+        for label in labels:
+            row = run_program(program, label, ["--steps", str(steps[program])])
+            if row is None:
+                raise SystemExit(f"torch_memory_bench: {program} ran out of memory with {label} without a budget")
+            results[program][label] = row
+            print(f"{program:9s} {label:14s} {row['median_ms']:8.2f} ms  peak {row['peak_bytes'] / GiB:6.2f} GiB"
+                  f"  (allocator's own: {row['allocator_peak_bytes']})", flush=True)
+        fits[program] = {}
+        for label in fit_labels:
+            probe = ["--steps", "3", "--warmup", "0", "--ballast-to", str(budgets[program])]
+            fits[program][label] = largest_fitting(
+                lambda batch: run_program(program, label, probe + ["--batch", str(batch)]) is not None)
+            print(f"{program:9s} {label:14s} largest batch in {budgets[program] / GiB:g} GiB: {fits[program][label]}",
+                  flush=True)
+
+    table = markdown(results, fits, budgets)
+    print(table)
+    if args.markdown:
+        args.markdown.write_text(table)
+    if args.json:
+        import torch
+
+        meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
+                "budget_bytes": budgets, "steps": steps}
+        args.json.write_text(json.dumps({"meta": meta, "results": results, "largest_batch": fits}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""Two PyTorch programs for the allocator comparison of torch_memory_bench.py, run one per process.
+
+    python3 torch_programs.py PROGRAM ALLOCATOR [--steps N] [--batch B] [--ballast-to BYTES] [--seed S]
+
+PROGRAM
+    train     a GPT-style decoder (12 layers, 1024 wide, 16 heads, 32 Ki vocabulary) trained with AdamW under
+              bf16 autocast; batch and sequence length change every step (seeded schedule), as they do with
+              packed or bucketed data
+    generate  a 16-layer decoder (1024 wide) serving requests: each request has its own batch and prompt length,
+              runs the prompt, then generates tokens one by one with a KV cache that grows by one position per
+              token (torch.cat, as simple generation loops do); no weights are trained
+ALLOCATOR
+    pytorch     PyTorch's caching allocator (PYTORCH_CUDA_ALLOC_CONF as the caller set it, e.g. expandable)
+    gpumem      gpumem.torch.install() with no configuration: gpumem's default for PyTorch
+    gpumem:CONF gpumem.torch.install(CONF), CONF in GPUMEM_TORCH_ALLOC_CONF's grammar (e.g. "resource:async")
+
+Prints one JSON object on stdout: the median and mean step time (ms, after the warm-up steps), the peak device
+memory the process used (bytes; sampled from the driver's cuMemGetInfo every 2 ms by a thread, minus the
+memory in use before the first tensor), the allocator's own peak where it reports one, and the steps run.
+`--batch` fixes the batch of every step (train) or request (generate) at the schedule's largest sequence, for the
+largest-batch search; `--ballast-to BYTES` first takes device memory with cudaMalloc until BYTES remain free, so
+that every allocator runs under the same budget. An out-of-memory error exits with status 3.
+Weights are random (no downloads); the programs need only torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+OOM_EXIT = 3
+
+
+# ---- the device memory the process uses, from the driver -----------------------------------------------------
+
+
+class _Driver:
+    """cuMemGetInfo through libcuda on any thread (the primary context of the device made current there)."""
+
+    def __init__(self, device: int):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self._check(self.lib.cuInit(0), "cuInit")
+        self.context = ctypes.c_void_p()
+        handle = ctypes.c_int()
+        self._check(self.lib.cuDeviceGet(ctypes.byref(handle), device), "cuDeviceGet")
+        self._check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), handle), "cuDevicePrimaryCtxRetain")
+        self.bind_thread()  # the constructing thread's calls, too (the runtime may not have made it current yet)
+
+    @staticmethod
+    def _check(status: int, what: str) -> None:
+        if status != 0:
+            raise RuntimeError(f"{what} failed with CUresult {status}")
+
+    def bind_thread(self) -> None:
+        self._check(self.lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+
+    def used(self) -> int:
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        self._check(self.lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "cuMemGetInfo_v2")
+        return total.value - free.value
+
+    def take(self, size: int):
+        """cuMemAlloc of `size` bytes (nothing for size <= 0), held until the process exits."""
+        if size <= 0:
+            return None
+        self.bind_thread()
+        pointer = ctypes.c_uint64()
+        if self.lib.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(size)) != 0:
+            raise SystemExit(f"torch_programs: could not take {size} bytes of ballast")
+        return pointer.value
+
+    def free(self) -> int:
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        self._check(self.lib.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)), "cuMemGetInfo_v2")
+        return free.value
+
+
+class PeakSampler:
+    """The largest device memory in use while running, sampled every `period` seconds by a thread.
+
+    ctypes releases the GIL around each driver call, so the sampler costs the program one brief GIL hand-over
+    per sample.
+    """
+
+    def __init__(self, driver: _Driver, period: float = 0.002):
+        self.driver, self.period = driver, period
+        self.peak = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        self.driver.bind_thread()
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.driver.used())
+            self.samples += 1
+            time.sleep(self.period)
+
+    def __enter__(self):
+        self.peak = self.driver.used()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.driver.used())
+
+
+# ---- allocators -----------------------------------------------------------------------------------------------
+
+
+def install_allocator(name: str) -> str:
+    """Makes `name` PyTorch's allocator (before the first CUDA tensor); returns a description."""
+    if name == "pytorch":
+        return "pytorch " + os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "(default)")
+    if name == "gpumem" or name.startswith("gpumem:"):
+        import gpumem.torch
+
+        conf = name.partition(":")[2] or None
+        gpumem.torch.install(conf)
+        return "gpumem " + (conf or "(default)")
+    raise SystemExit(f"torch_programs: unknown allocator {name!r} (pytorch, gpumem, gpumem:CONF)")
+
+
+def allocator_peak(name: str):
+    """The allocator's own peak of reserved device memory, where it reports one."""
+    try:
+        if name == "pytorch":
+            return torch.cuda.max_memory_reserved()
+        import gpumem.torch
+
+        return gpumem.torch.max_memory_reserved()
+    except Exception:  # not every gpumem resource reports reserved memory
+        return None
+
+
+# ---- the models -----------------------------------------------------------------------------------------------
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.norm2 = nn.LayerNorm(width)
+        self.up = nn.Linear(width, 4 * width)
+        self.down = nn.Linear(4 * width, width)
+
+    def attend(self, x, cache=None):
+        b, t, w = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(w, dim=2)
+        q, k, v = (y.view(b, t, self.heads, w // self.heads).transpose(1, 2) for y in (q, k, v))
+        if cache is not None:
+            if cache[0] is not None:
+                k = torch.cat([cache[0], k], dim=2)
+                v = torch.cat([cache[1], v], dim=2)
+            cache[0], cache[1] = k, v
+        causal = cache is None or t > 1
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return self.proj(y.transpose(1, 2).reshape(b, t, w))
+
+    def forward(self, x, cache=None):
+        x = x + self.attend(x, cache)
+        return x + self.down(F.gelu(self.up(self.norm2(x))))
+
+
+class Decoder(nn.Module):
+    def __init__(self, layers: int, width: int, heads: int, vocab: int, context: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.position = nn.Embedding(context, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+
+    def forward(self, tokens, start=0, caches=None):
+        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        x = self.embed(tokens) + self.position(positions)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if caches is None else caches[i])
+        return self.head(self.norm(x))
+
+
+# ---- the programs ---------------------------------------------------------------------------------------------
+
+VOCAB = 32768
+
+
+def train_schedule(steps: int, seed: int, batch: int | None):
+    """(batch, sequence) per step: batch 4-16 and sequence 256-1024, or the fixed batch at sequence 1024."""
+    rng = random.Random(seed)
+    if batch is not None:
+        return [(batch, 1024)] * steps
+    return [(rng.choice([4, 6, 8, 12, 16]), rng.choice([256, 384, 512, 768, 1024])) for _ in range(steps)]
+
+
+def run_train(steps: int, seed: int, batch: int | None):
+    torch.manual_seed(seed)
+    model = Decoder(layers=12, width=1024, heads=16, vocab=VOCAB, context=1024).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    times = []
+    for b, t in train_schedule(steps, seed, batch):
+        tokens = torch.randint(0, VOCAB, (b, t + 1), device="cuda")
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tokens[:, :-1])
+            loss = F.cross_entropy(logits.float().view(-1, VOCAB), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        if not math.isfinite(loss.item()):
+            raise SystemExit("torch_programs: the loss is not finite")
+    return times
+
+
+def generate_schedule(requests: int, seed: int, batch: int | None):
+    """(batch, prompt, new tokens) per request: batch 1-16, prompt 64-512, 64 new tokens; or the fixed batch at
+    prompt 512 with 32 new tokens."""
+    rng = random.Random(seed)
+    if batch is not None:
+        return [(batch, 512, 32)] * requests
+    return [(rng.choice([1, 2, 4, 8, 16]), rng.choice([64, 128, 256, 512]), 64) for _ in range(requests)]
+
+
+@torch.inference_mode()
+def run_generate(requests: int, seed: int, batch: int | None):
+    torch.manual_seed(seed)
+    model = Decoder(layers=16, width=1024, heads=16, vocab=VOCAB, context=1024).cuda().to(torch.bfloat16)
+    times = []
+    for b, prompt, new in generate_schedule(requests, seed, batch):
+        tokens = torch.randint(0, VOCAB, (b, prompt), device="cuda")
+        caches = [[None, None] for _ in model.blocks]
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        logits = model(tokens, 0, caches)
+        for position in range(prompt, prompt + new):
+            next_token = logits[:, -1:].argmax(dim=-1)
+            logits = model(next_token, position, caches)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) / new)  # per generated token
+        del caches, logits
+    return times
+
+
+PROGRAMS = {"train": run_train, "generate": run_generate}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("program", choices=sorted(PROGRAMS))
+    parser.add_argument("allocator")
+    parser.add_argument("--steps", type=int, default=30, help="steps (train) or requests (generate)")
+    parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the times")
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--ballast-to", type=int, default=None, help="leave only this many bytes free first")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    described = install_allocator(args.allocator)
+    torch.cuda.init()
+    device = torch.cuda.current_device()
+    driver = _Driver(device)
+    ballast = None
+    if args.ballast_to is not None:
+        ballast = driver.take(driver.free() - args.ballast_to)  # outside every allocator: the same budget for all
+    baseline = driver.used()
+    try:
+        with PeakSampler(driver) as sampler:
+            times = PROGRAMS[args.program](args.steps, args.seed, args.batch)
+    except torch.OutOfMemoryError as error:
+        print(json.dumps({"oom": True, "message": str(error).splitlines()[0][:300]}))
+        return OOM_EXIT
+    measured = times[args.warmup:] or times
+    print(json.dumps({
+        "program": args.program,
+        "allocator": described,
+        "steps": len(times),
+        "median_ms": statistics.median(measured) * 1e3,
+        "mean_ms": statistics.fmean(measured) * 1e3,
+        "peak_bytes": sampler.peak - baseline,
+        "allocator_peak_bytes": allocator_peak(args.allocator),
+        "samples": sampler.samples,
+        "batch": args.batch,
+        "ballast_to": args.ballast_to,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
