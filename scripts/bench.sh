@@ -13,8 +13,10 @@
 #   --no-build    run what the tree has, as it is (no configure, no build)
 #   --quick       3 repetitions and 0.05 s per benchmark, 3 replays per log (sized for one call of a time-limited GPU machine);
 #                 the default is 5 repetitions and 5 replays, medians
-#   --only LIST   comma-separated runs, from alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python
-#                 (default: all; python needs a tree built with GPUMEM_BUILD_PYTHON=ON, else it is skipped)
+#   --only LIST   comma-separated runs, from alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python,torch
+#                 (default: all but torch; python and torch need a tree built with GPUMEM_BUILD_PYTHON=ON, else
+#                 they are skipped; torch, PyTorch's allocators against gpumem's on two PyTorch programs, needs
+#                 PyTorch and a GPU and takes about ten minutes: TORCH_BENCH_ARGS adds arguments to it)
 #   -- ARGS       passed to every Google Benchmark executable (e.g. --benchmark_filter=^fixed)
 #
 # Environment: GPUMEM_BACKEND=host|cuda forces a backend; GPUMEM_BENCH_LOGS: the logs `gpumem replay` replays
@@ -47,8 +49,8 @@ while (($#)); do
 done
 for run in ${only//,/ }; do
   case $run in
-    alloc | adaptors | transfer | plain | vmm | cli_bench | replay | python) ;;
-    *) echo "bench.sh: unknown run '$run' in --only (known: alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python)" >&2
+    alloc | adaptors | transfer | plain | vmm | cli_bench | replay | python | torch) ;;
+    *) echo "bench.sh: unknown run '$run' in --only (known: alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python,torch)" >&2
        exit 2 ;;
   esac
 done
@@ -159,6 +161,18 @@ if wants python; then
       "PYTHONPATH=$build/python python3 benchmarks/python/bench_python_alloc.py"; then :; else failed+=(python); fi
   else
     say "python: skipped ($build has no Python module: configure it with -DGPUMEM_BUILD_PYTHON=ON)"
+  fi
+fi
+if wants torch; then
+  python=$(sed -n 's/^Python3_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
+  if [[ -d $build/python/gpumem && -n $python ]]; then
+    read -r -a torch_args <<<"${TORCH_BENCH_ARGS:-}"
+    say "torch: benchmarks/python/torch_memory_bench.py ${torch_args[*]}"
+    if timeout 3000 env PYTHONPATH="$build/python" "$python" benchmarks/python/torch_memory_bench.py \
+      --json "$tmp/torch.json" "${torch_args[@]}" 2>&1 | tee -a "$log" && record torch python_bench "$tmp/torch.json" \
+      "PYTHONPATH=$build/python python3 benchmarks/python/torch_memory_bench.py ${torch_args[*]}"; then :; else failed+=(torch); fi
+  else
+    say "torch: skipped ($build has no Python module: configure it with -DGPUMEM_BUILD_PYTHON=ON)"
   fi
 fi
 

@@ -482,6 +482,60 @@ def section_python(runs):
     return out
 
 
+def torch_rows(run):
+    """{program: {allocator: row}} of the `torch` run, allocators in the run's order."""
+    by = {}
+    for r in run["rows"]:
+        by.setdefault(r["program"], {})[r["allocator"]] = r
+    return by
+
+
+def section_torch(runs):
+    run = runs.get("torch")
+    if not run:
+        return textwrap.wrap("_Not in this data: `bash scripts/bench.sh --only torch` on a GPU machine with PyTorch "
+                             "fills this section._", 110)
+    ctx = run.get("context", {})
+    out = source(run, f"median time per step (train) or per generated token (generate), peak device memory the "
+                      f"process used, largest batch within the budget (Python {ctx.get('python', '?')})")
+    for program, rows in torch_rows(run).items():
+        base = rows.get("pytorch")
+        unit = "ms per step" if program == "train" else "ms per token"
+        budget = next((r.get("budget_bytes") for r in rows.values() if r.get("budget_bytes")), None)
+        cells = []
+        for name, r in rows.items():
+            time_ratio = f" ({r['median_ms'] / base['median_ms']:.3f})" if base else ""
+            peak_ratio = f" ({r['peak_bytes'] / base['peak_bytes']:.3f})" if base else ""
+            batch = r.get("largest_batch")
+            cells.append([f"`{name}`", f"{fmt(r['median_ms'])}{time_ratio}", f"{fmt_bytes(r['peak_bytes'])}{peak_ratio}",
+                          "–" if batch is None else str(batch)])
+        out += [f"`{program}` (ratios to `pytorch` in brackets):", ""]
+        out += table(["allocator", f"median {unit}", "peak device memory",
+                      f"largest batch in {fmt_bytes(budget)}" if budget else "largest batch"], cells) + [""]
+    return out
+
+
+def torch_targets(run):
+    """Target rows for the `torch` run: gpumem's default against the better of PyTorch's two configurations."""
+    rows = []
+    for program, by in torch_rows(run).items():
+        ours, theirs = by.get("gpumem"), [by[n] for n in ("pytorch", "expandable") if n in by]
+        if not ours or not theirs:
+            continue
+        best_peak = min(r["peak_bytes"] for r in theirs)
+        q = ours["peak_bytes"] / best_peak
+        rows.append([f"`torch` {program}, `gpumem` default", "peak ≤ 0.9× PyTorch's best configuration",
+                     f"{q:.3f}×", verdict(run, q <= 0.9)])
+        if "pytorch" in by:
+            t = ours["median_ms"] / by["pytorch"]["median_ms"]
+            rows.append(["", "time within 2 % of `pytorch`", f"{t:.3f}×", verdict(run, t <= 1.02)])
+        batches = [r.get("largest_batch") for r in theirs]
+        if ours.get("largest_batch") is not None and all(b is not None for b in batches):
+            rows.append(["", "a larger batch fits than with either", f"{ours['largest_batch']} vs {max(batches)}",
+                         verdict(run, ours["largest_batch"] > max(batches))])
+    return rows
+
+
 # ---- targets ------------------------------------------------------------------------------------------------
 
 def on_gpu(run):
@@ -556,6 +610,8 @@ def section_targets(runs):
         if pool:
             rows.append(["`python`, `gpumem.alloc` + `free` on a pool", "≤ 300 ns per pair",
                          f"{fmt(max(pool))} ns", verdict(python, max(pool) <= 300)])
+    if runs.get("torch"):
+        rows += torch_targets(runs["torch"])
     if not rows:
         return ["_Not in this data: `bash scripts/gpu_check.sh --bench` fills this section._"]
     return table(["workload", "target", "measured (best gpumem resource, worst case)", "met?"], rows,
@@ -591,6 +647,7 @@ SECTIONS = {
     "vmm": section_vmm_driver,
     "transfer": section_transfer,
     "python": section_python,
+    "torch": section_torch,
 }
 
 

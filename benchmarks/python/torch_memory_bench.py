@@ -42,6 +42,7 @@ ALLOCATORS = {
     "gpumem-async": ("gpumem:resource:async", {}),
 }
 OOM_EXIT = 3
+RECORDED = ("median_ms", "mean_ms", "peak_bytes", "allocator_peak_bytes", "steps")
 
 
 def run_program(program: str, label: str, extra: List[str], timeout: float = 300) -> Optional[dict]:
@@ -170,9 +171,12 @@ def main(argv=None) -> int:
     if args.json:
         import torch
 
-        meta = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "python": platform.python_version(),
-                "budget_bytes": budgets, "steps": steps}
-        args.json.write_text(json.dumps({"meta": meta, "results": results, "largest_batch": fits}, indent=1))
+        rows = [{"program": program, "allocator": label, **{k: row[k] for k in RECORDED},
+                 "largest_batch": fits.get(program, {}).get(label), "budget_bytes": budgets.get(program)}
+                for program, by in results.items() for label, row in by.items()]
+        args.json.write_text(json.dumps({"python": platform.python_version(), "backend": "cuda",
+                                         "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                                         "steps": steps, "results": rows}, indent=1))
     return 0
 
 

@@ -5,7 +5,8 @@
 
 data/bench.json is a real bundle, recorded on the host backend by `bash scripts/bench.sh --quick` (and the
 transfer benchmark's --smoke run), trimmed to a few benchmarks per run, their median aggregates and the
-fields the page reads. The tests check that the page has every section and table, that its figures are the
+fields the page reads; its `torch` run is a fixture written for the tests (PyTorch's programs need a GPU), with
+invented figures. The tests check that the page has every section and table, that its figures are the
 JSON's (a changed figure changes the page), and that failures and missing runs show. Exit status 0 when
 every test passes.
 """
@@ -66,7 +67,8 @@ class PerformancePage(unittest.TestCase):
     def test_every_section_has_its_table(self):
         for heading in ("## Targets", "## Allocation: `gpumem_bench_alloc`", "## The plain API", "## Adaptor overhead",
                         "## `gpumem bench`", "## Fragmentation on real logs", "### Pieces that grow with the pool",
-                        "### What a growth costs", "## Transfers and zeros", "## Python: one allocation + free pair"):
+                        "### What a growth costs", "## Transfers and zeros", "## Python: one allocation + free pair",
+                        "## PyTorch programs"):
             self.assertIn(heading, self.page)
             section = self.page.split(heading, 1)[1].split("\n## ", 1)[0]
             self.assertIn("| --- |", section, f"no table under {heading}")
@@ -127,6 +129,16 @@ class PerformancePage(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         section = result.stdout.split("## Transfers and zeros", 1)[1].split("\n## ", 1)[0]
         self.assertIn("Not in this data: the run `transfer`", section)
+
+    def test_the_torch_section_compares_each_allocator_with_pytorchs(self):
+        section = self.page.split("## PyTorch programs", 1)[1].split("\n## ", 1)[0]
+        rows = [r for r in self.runs["torch"]["rows"] if r["program"] == "train"]
+        base = next(r for r in rows if r["allocator"] == "pytorch")
+        for r in rows:
+            self.assertIn(f"| `{r['allocator']}` |", section)
+            self.assertIn(f"({r['peak_bytes'] / base['peak_bytes']:.3f})", section)
+        targets = self.page.split("## Targets", 1)[1].split("\n## ", 1)[0]
+        self.assertIn("`torch` train, `gpumem` default", targets)
 
     def test_targets_are_judged_on_a_gpu_run(self):
         bundle = copy.deepcopy(self.bundle)
