@@ -14,7 +14,8 @@
 #                 out: under the sanitizer their child runs the whole suite again), and memcheck (no leak
 #                 check) of the Python suite without the framework tests
 #   --frameworks  CuPy, PyTorch and Numba end to end: the framework tests of the Python suite
-#                 (test_allocators.py, test_foreign_streams.py); fails when one of the three is missing,
+#                 (test_allocators.py, test_foreign_streams.py, test_torch_gpu_*.py: gpumem as PyTorch's
+#                 allocator with its statistics, streams, CUDA graphs and history); fails when one of the three is missing,
 #                 instead of skipping
 #   --demo        `gpumem info`, `gpumem demo`, and the full-size spill demo (12 GiB of unified buffers under an
 #                 8 GiB budget, pinned then pageable host copies)
@@ -69,7 +70,9 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 jobs=$(nproc 2>/dev/null || echo 4)
 unset GPUMEM_BACKEND   # auto: cuda when a device is present
-framework_tests=(python/tests/test_allocators.py python/tests/test_foreign_streams.py)
+shopt -s nullglob
+framework_tests=(python/tests/test_allocators.py python/tests/test_foreign_streams.py python/tests/test_torch_gpu_*.py)
+shopt -u nullglob
 ignore_frameworks=()
 for f in "${framework_tests[@]}"; do ignore_frameworks+=("--ignore=$f"); done
 
