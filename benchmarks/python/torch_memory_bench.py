@@ -42,6 +42,7 @@ ALLOCATORS = {
     "gpumem-async": ("gpumem:resource:async", {}),
 }
 OOM_EXIT = 3
+FIT_START = {"train": 4, "generate": 16}  # the first batch the largest-batch search tries
 RECORDED = ("median_ms", "mean_ms", "peak_bytes", "allocator_peak_bytes", "steps")
 
 
@@ -142,7 +143,7 @@ def main(argv=None) -> int:
     for label in labels + fit_labels:
         if label not in ALLOCATORS:
             parser.error(f"unknown allocator {label!r}; choose from {', '.join(ALLOCATORS)}")
-    steps = {"train": 25 if args.quick else args.steps, "generate": 8 if args.quick else max(8, args.steps // 3)}
+    steps = {"train": 20 if args.quick else args.steps, "generate": 6 if args.quick else max(8, args.steps // 3)}
     budgets = parse_budgets(args.budget)
 
     results: Dict[str, Dict[str, dict]] = {}
@@ -158,9 +159,10 @@ def main(argv=None) -> int:
                   f"  (allocator's own: {row['allocator_peak_bytes']})", flush=True)
         fits[program] = {}
         for label in fit_labels:
-            probe = ["--steps", "3", "--warmup", "0", "--ballast-to", str(budgets[program])]
+            probe = ["--steps", "2", "--warmup", "0", "--ballast-to", str(budgets[program])]
             fits[program][label] = largest_fitting(
-                lambda batch: run_program(program, label, probe + ["--batch", str(batch)]) is not None)
+                lambda batch: run_program(program, label, probe + ["--batch", str(batch)]) is not None,
+                start=FIT_START[program])
             print(f"{program:9s} {label:14s} largest batch in {budgets[program] / GiB:g} GiB: {fits[program][label]}",
                   flush=True)
 

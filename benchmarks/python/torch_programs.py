@@ -233,10 +233,10 @@ def run_train(steps: int, seed: int, batch: int | None):
 
 def generate_schedule(requests: int, seed: int, batch: int | None):
     """(batch, prompt, new tokens) per request: batch 1-16, prompt 64-512, 64 new tokens; or the fixed batch at
-    prompt 512 with 32 new tokens."""
+    prompt 512 with 16 new tokens."""
     rng = random.Random(seed)
     if batch is not None:
-        return [(batch, 512, 32)] * requests
+        return [(batch, 512, 16)] * requests
     return [(rng.choice([1, 2, 4, 8, 16]), rng.choice([64, 128, 256, 512]), 64) for _ in range(requests)]
 
 
