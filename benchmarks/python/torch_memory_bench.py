@@ -42,6 +42,7 @@ ALLOCATORS = {
     "gpumem-async": ("gpumem:resource:async", {}),
 }
 OOM_EXIT = 3
+WARMUP = {"train": 5, "generate": 1}  # steps / requests left out of the times (kernel selection, first growth)
 FIT_START = {"train": 4, "generate": 16}  # the first batch the largest-batch search tries
 RECORDED = ("median_ms", "mean_ms", "peak_bytes", "allocator_peak_bytes", "steps")
 
@@ -151,7 +152,7 @@ def main(argv=None) -> int:
     for program in programs:
         results[program] = {}
         for label in labels:
-            row = run_program(program, label, ["--steps", str(steps[program])])
+            row = run_program(program, label, ["--steps", str(steps[program]), "--warmup", str(WARMUP[program])])
             if row is None:
                 raise SystemExit(f"torch_memory_bench: {program} ran out of memory with {label} without a budget")
             results[program][label] = row
