@@ -73,10 +73,10 @@ TEST(allocation_timeline, names_line_and_column_of_each_problem)
             "t.timeline:2:1: unknown record 'malloc' (expected site, stack, frame, alloc or free)");
   EXPECT_EQ(error_of(h + "alloc\t1\t0x10\tbig\t-1\n"), "t.timeline:2:14: size must be an integer, not 'big'");
   EXPECT_EQ(error_of(h + "alloc\t1\t16\t8\t-1\n"), "t.timeline:2:9: address must be hexadecimal with 0x, not '16'");
-  EXPECT_EQ(error_of(h + "alloc\t1\t0x10\t8\n"), "t.timeline:2:13: missing field: stack");
+  EXPECT_EQ(error_of(h + "alloc\t1\t0x10\t8\n"), "t.timeline:2:15: missing field: stack");
   EXPECT_EQ(error_of(h + "alloc\t1\t0x10\t8\t0\n"),
-            "t.timeline:2:14: stack 0 is not defined (0 defined so far; -1 for none)");
-  EXPECT_EQ(error_of(h + "alloc\t1\t0x10\t8\t-1\textra\n"), "t.timeline:2:17: unexpected field after the last one");
+            "t.timeline:2:16: stack 0 is not defined (0 defined so far; -1 for none)");
+  EXPECT_EQ(error_of(h + "alloc\t1\t0x10\t8\t-1\textra\n"), "t.timeline:2:19: unexpected field after the last one");
   EXPECT_EQ(error_of(h + "free\t1\t0x10\n"), "t.timeline:2:8: free of an address that is not live");
   EXPECT_EQ(error_of(h + "stack\t1\t-1\n"), "t.timeline:2:7: id 1 out of order: expected 0");
   EXPECT_EQ(error_of(h + "frame\t1\tf\tx.py\n"), "t.timeline:2:1: a frame before any stack record");
