@@ -62,6 +62,7 @@ passes the results to the report.
 import argparse
 import contextlib
 import dataclasses
+import functools
 import gzip
 import heapq
 import io
@@ -258,6 +259,7 @@ def convert_snapshot(snapshot, out, device=None, oom_as_failures=False, timeline
 _LIBRARY_PARTS = ("/torch/", "/gpumem/", "/_pytest/", "/pluggy/", "/importlib/")
 
 
+@functools.lru_cache(maxsize=None)
 def _library_directories():
     paths = sysconfig.get_paths()
     return tuple(os.path.join(paths[key], "") for key in ("stdlib", "platstdlib") if paths.get(key))
