@@ -50,10 +50,19 @@ Columns:
 
 A snapshot is a pickle of plain dicts, lists, strings and numbers; this reader refuses anything else, since
 unpickling other objects can run arbitrary code.
+
+With ``--timeline FILE`` (``timeline_path``), the same rows are also written as an allocation timeline for
+``gpumem report --timeline`` (docs/formats.md, "Allocation timeline"): each ``allocate`` row with the stack of
+its ``alloc`` entry (``frames``) and its call site, each ``free`` row. The call site of a stack is its first
+frame (innermost first) outside PyTorch, gpumem, Python's standard library and C++ (a file not ending in
+``.py``); a stack without one has none. ``python -m gpumem report run.pickle`` does both conversions and
+passes the results to the report.
 """
 
 import argparse
+import contextlib
 import dataclasses
+import functools
 import gzip
 import heapq
 import io
@@ -61,9 +70,11 @@ import operator
 import os
 import pickle
 import sys
+import sysconfig
 import tempfile
 
 LOG_HEADER = "Thread,Time,Action,Pointer,Size,Stream"
+TIMELINE_HEADER = "gpumem-timeline 1"
 
 _KEPT_ACTIONS = ("alloc", "free_completed", "oom")
 
@@ -140,7 +151,8 @@ def _number(entry, key, where, minimum=0):
 
 
 def _device_rows(device, entries, summary, oom_as_failures):
-    """The rows of one device's trace, as (time_us, thread, action, pointer, size, stream), in trace order."""
+    """The rows of one device's trace, as (time_us, thread, action, pointer, size, stream, frames), in trace
+    order (frames: the entry's, or None)."""
     if not isinstance(entries, list):
         raise ValueError(f"device_traces[{device}] must be a list of trace entries, not {type(entries).__name__}")
     rows = []
@@ -161,7 +173,7 @@ def _device_rows(device, entries, summary, oom_as_failures):
         if action == "oom":
             summary.oom += 1
             if oom_as_failures:
-                rows.append((time_us, device, "allocate failure", 0, size, stream))
+                rows.append((time_us, device, "allocate failure", 0, size, stream, None))
                 summary.failures += 1
             continue
         address = _number(entry, "addr", where)
@@ -169,14 +181,14 @@ def _device_rows(device, entries, summary, oom_as_failures):
             if address in live:
                 summary.allocated_while_live += 1
             live[address] = size
-            rows.append((time_us, device, "allocate", address, size, stream))
+            rows.append((time_us, device, "allocate", address, size, stream, entry.get("frames")))
             summary.allocations += 1
         else:  # free_completed
             allocated = live.pop(address, None)
             if allocated is None:
                 summary.unknown_frees += 1
                 continue
-            rows.append((time_us, device, "free", address, allocated, stream))
+            rows.append((time_us, device, "free", address, allocated, stream, None))
             summary.frees += 1
     summary.never_freed += len(live)
     return rows
@@ -204,16 +216,17 @@ def _chosen_devices(traces, device):
     return [device]
 
 
-def convert_snapshot(snapshot, out, device=None, oom_as_failures=False):
+def convert_snapshot(snapshot, out, device=None, oom_as_failures=False, timeline_out=None):
     """Writes the allocation log of `snapshot` to the text stream `out`; returns a ConversionSummary.
 
     `snapshot`: a PyTorch memory snapshot, as ``torch.cuda.memory._snapshot()`` returns it or load_snapshot
     reads it (a dict with ``device_traces``). `device`: the device to convert, or None for every device with
     entries (Thread = the device). `oom_as_failures`: also write ``oom`` entries as ``allocate failure``
-    rows. The module's docstring says what each entry becomes.
+    rows. `timeline_out`: a text stream for the allocation timeline of the same rows, or None. The module's
+    docstring says what each entry becomes.
 
     Raises ValueError naming what is wrong (not a snapshot, no entries, a device without entries or out of
-    range, an entry without its fields) before anything is written.
+    range, an entry without its fields, a malformed frame) before anything is written.
     """
     traces = snapshot.get("device_traces") if isinstance(snapshot, dict) else None
     if not isinstance(traces, list):
@@ -224,11 +237,13 @@ def convert_snapshot(snapshot, out, device=None, oom_as_failures=False):
     devices = _chosen_devices(traces, device)
     summary = ConversionSummary(devices=devices)
     per_device = [_device_rows(d, traces[d], summary, oom_as_failures) for d in devices]
+    rows = list(heapq.merge(*per_device, key=operator.itemgetter(0)))
+    timeline = _timeline_lines(rows) if timeline_out is not None else None
 
     out.write(LOG_HEADER + "\n")
     live = {}  # (thread, pointer) -> size, for the peak
     live_bytes = 0
-    for time_us, thread, action, pointer, size, stream in heapq.merge(*per_device, key=operator.itemgetter(0)):
+    for time_us, thread, action, pointer, size, stream, _ in rows:
         out.write(f"{thread},{_clock(time_us)},{action},0x{pointer:x},{size},0x{stream:x}\n")
         if action == "allocate":
             live_bytes += size - live.pop((thread, pointer), 0)  # a lost free: the older block goes first
@@ -236,35 +251,115 @@ def convert_snapshot(snapshot, out, device=None, oom_as_failures=False):
             summary.peak_live_bytes = max(summary.peak_live_bytes, live_bytes)
         elif action == "free":
             live_bytes -= live.pop((thread, pointer))
+    if timeline is not None:
+        timeline_out.writelines(timeline)
     return summary
 
 
-def convert(snapshot_path, log_path, device=None, oom_as_failures=False):
-    """Converts the snapshot pickle at `snapshot_path` into the allocation log `log_path`.
+_LIBRARY_PARTS = ("/torch/", "/gpumem/", "/_pytest/", "/pluggy/", "/importlib/")
 
-    The log is gzip-compressed when `log_path` ends in ``.gz``. It is written to a temporary file next to
-    it and renamed into place, so a failed conversion leaves no partial log. Returns a ConversionSummary.
+
+@functools.lru_cache(maxsize=None)
+def _library_directories():
+    paths = sysconfig.get_paths()
+    return tuple(os.path.join(paths[key], "") for key in ("stdlib", "platstdlib") if paths.get(key))
+
+
+def is_library_frame(filename):
+    """Whether a frame in `filename` is a library's rather than the program's: PyTorch's, gpumem's, pytest's,
+    Python's standard library, frozen modules and C++ (a file not ending in ``.py``)."""
+    if filename.startswith("<"):
+        return filename.startswith("<frozen")
+    if not filename.endswith(".py"):
+        return True
+    normal = filename.replace("\\", "/")
+    if any(part in normal for part in _LIBRARY_PARTS):
+        return True
+    return filename.startswith(_library_directories()) and "-packages" not in normal
+
+
+def _field(text):
+    """A text field of the timeline: tabs and line breaks would end it, so they become spaces."""
+    return str(text).replace("\t", " ").replace("\n", " ").replace("\r", " ")
+
+
+def _frame_key(frame, where):
+    if (not isinstance(frame, dict) or not isinstance(frame.get("filename"), str)
+            or not isinstance(frame.get("name"), str) or isinstance(frame.get("line"), bool)
+            or not isinstance(frame.get("line"), int)):
+        raise ValueError(f"{where}: a frame must be a dict with 'filename', 'line' and 'name', not {frame!r:.100}")
+    return (_field(frame["filename"]), max(0, min(frame["line"], 0xFFFFFFFF)), _field(frame["name"]))
+
+
+def _timeline_lines(rows):
+    """The allocation timeline (docs/formats.md) of the log's rows, as lines."""
+    lines = [TIMELINE_HEADER + "\n"]
+    sites = {}  # (filename, line, name) -> id
+    stacks = {}  # tuple of frames -> id
+    for index, (time_us, _, action, pointer, size, _, frames) in enumerate(rows):
+        if action == "free":
+            lines.append(f"free\t{time_us}\t0x{pointer:x}\n")
+            continue
+        if action != "allocate":
+            continue
+        if not isinstance(frames, (list, tuple)):
+            frames = []
+        key = tuple(_frame_key(frame, f"the allocation of row {index + 1}") for frame in frames)
+        stack = -1
+        if key:
+            stack = stacks.get(key)
+            if stack is None:
+                site_frame = next((frame for frame in key if not is_library_frame(frame[0])), None)
+                site = -1
+                if site_frame is not None:
+                    site = sites.get(site_frame)
+                    if site is None:
+                        site = sites[site_frame] = len(sites)
+                        lines.append(f"site\t{site}\t{site_frame[1]}\t{site_frame[2]}\t{site_frame[0]}\n")
+                stack = stacks[key] = len(stacks)
+                lines.append(f"stack\t{stack}\t{site}\n")
+                lines.extend(f"frame\t{line}\t{name}\t{filename}\n" for filename, line, name in key)
+        lines.append(f"alloc\t{time_us}\t0x{pointer:x}\t{size}\t{stack}\n")
+    return lines
+
+
+def _open_text(raw, path):
+    """A text stream writing to the binary file `raw`, gzip-compressed when `path` ends in .gz."""
+    if path.endswith(".gz"):
+        # mtime=0 and no name: the same snapshot always gives the same bytes.
+        compressed = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
+        return io.TextIOWrapper(compressed, encoding="utf-8", newline="\n")
+    return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+
+
+def convert(snapshot_path, log_path, device=None, oom_as_failures=False, timeline_path=None):
+    """Converts the snapshot pickle at `snapshot_path` into the allocation log `log_path` and, when
+    `timeline_path` is given, the allocation timeline of the same rows.
+
+    A file is gzip-compressed when its name ends in ``.gz``. Each is written to a temporary file next to it
+    and renamed into place, so a failed conversion leaves no partial file. Returns a ConversionSummary.
     Raises OSError when a file cannot be read or written, ValueError as load_snapshot and convert_snapshot.
     """
     snapshot = load_snapshot(snapshot_path)
-    log_path = os.fspath(log_path)
-    directory = os.path.dirname(os.path.abspath(log_path))
-    descriptor, temporary = tempfile.mkstemp(prefix=".torch_snapshot-", dir=directory)
+    targets = [os.fspath(log_path)] + ([os.fspath(timeline_path)] if timeline_path is not None else [])
+    temporaries = []
     try:
-        with open(descriptor, "wb") as raw:
-            if log_path.endswith(".gz"):
-                # mtime=0 and no name: the same snapshot always gives the same bytes.
-                with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as compressed:
-                    with io.TextIOWrapper(compressed, encoding="ascii", newline="\n") as text:
-                        summary = convert_snapshot(snapshot, text, device, oom_as_failures)
-            else:
-                with io.TextIOWrapper(raw, encoding="ascii", newline="\n") as text:
-                    summary = convert_snapshot(snapshot, text, device, oom_as_failures)
-        os.chmod(temporary, 0o666 & ~_umask())
-        os.replace(temporary, log_path)
+        for target in targets:
+            descriptor, temporary = tempfile.mkstemp(prefix=".torch_snapshot-",
+                                                     dir=os.path.dirname(os.path.abspath(target)))
+            os.close(descriptor)
+            temporaries.append(temporary)
+        with contextlib.ExitStack() as files:
+            texts = [files.enter_context(_open_text(files.enter_context(open(temporary, "wb")), target))
+                     for temporary, target in zip(temporaries, targets)]
+            summary = convert_snapshot(snapshot, texts[0], device, oom_as_failures, (texts[1:] or [None])[0])
+        for temporary, target in zip(temporaries, targets):
+            os.chmod(temporary, 0o666 & ~_umask())
+            os.replace(temporary, target)
     except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        for temporary in temporaries:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
         raise
     return summary
 
@@ -276,7 +371,8 @@ def _umask():
 
 
 def main(argv=None):
-    """The command line: ``python3 -m gpumem.tools.torch_snapshot SNAPSHOT LOG [--device N] [--oom-as-failures]``.
+    """The command line: ``python3 -m gpumem.tools.torch_snapshot SNAPSHOT LOG [--device N] [--oom-as-failures]
+    [--timeline FILE]``.
 
     Prints the summary on stdout and returns 0; on an error prints it on stderr and returns 1.
     """
@@ -293,9 +389,13 @@ def main(argv=None):
     parser.add_argument(
         "--oom-as-failures", action="store_true", help="write out-of-memory entries as 'allocate failure' rows"
     )
+    parser.add_argument(
+        "--timeline", metavar="FILE", default=None,
+        help="also write the allocation timeline with call sites (for gpumem report --timeline)"
+    )
     args = parser.parse_args(argv)
     try:
-        summary = convert(args.snapshot, args.log, args.device, args.oom_as_failures)
+        summary = convert(args.snapshot, args.log, args.device, args.oom_as_failures, args.timeline)
     except (OSError, ValueError) as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 1

@@ -28,4 +28,13 @@ void append_sizes_section(std::string& out, report_input const& input);
 /** @brief "Latency": chart-latency, each resource's log2 latency histogram as grouped bars. */
 void append_latency_section(std::string& out, report_input const& input);
 
+/**
+ * @brief "Allocation timeline" when input.timeline holds one (nothing otherwise): chart-timeline, the largest
+ * timeline_max_blocks blocks stacked over the events, and the call-site table timeline-sites.
+ */
+void append_timeline_section(std::string& out, report_input const& input);
+
+/// The blocks the timeline draws one by one; the others form one band.
+inline constexpr std::size_t timeline_max_blocks = 200;
+
 }  // namespace gpumem::detail

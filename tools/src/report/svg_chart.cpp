@@ -25,18 +25,6 @@ double sane_height(double height)
 
 double sane_value(double value) { return std::isfinite(value) && value > 0.0 ? value : 0.0; }
 
-/// Tick marks and labels along the bottom of a line chart's linear x axis.
-void append_x_ticks(std::string& out, plot_area const& area, axis_scale const& scale, value_format format)
-{
-  for (double const tick : scale.ticks) {
-    double const x = area.left + scale.fraction(tick) * area.width();
-    out += "<line x1=\"" + coord(x) + "\" y1=\"" + coord(area.bottom) + "\" x2=\"" + coord(x) + "\" y2=\"" +
-           coord(area.bottom + 5.0) + "\" stroke=\"#777\"/><text x=\"" + coord(x) + "\" y=\"" +
-           coord(area.bottom + 19.0) + "\" text-anchor=\"middle\">" + xml_escape(format_value(tick, format)) +
-           "</text>\n";
-  }
-}
-
 }  // namespace
 
 std::string render_svg(line_chart const& chart)

@@ -161,6 +161,17 @@ void append_y_axis(std::string& out, plot_area const& area, axis_scale const& sc
          xml_escape(label) + "</text>\n";
 }
 
+void append_x_ticks(std::string& out, plot_area const& area, axis_scale const& scale, value_format format)
+{
+  for (double const tick : scale.ticks) {
+    double const x = area.left + scale.fraction(tick) * area.width();
+    out += "<line x1=\"" + coord(x) + "\" y1=\"" + coord(area.bottom) + "\" x2=\"" + coord(x) + "\" y2=\"" +
+           coord(area.bottom + 5.0) + "\" stroke=\"#777\"/><text x=\"" + coord(x) + "\" y=\"" +
+           coord(area.bottom + 19.0) + "\" text-anchor=\"middle\">" + xml_escape(format_value(tick, format)) +
+           "</text>\n";
+  }
+}
+
 void append_x_label(std::string& out, plot_area const& area, std::string_view label)
 {
   out += "<text x=\"" + coord((area.left + area.right) / 2.0) + "\" y=\"" + coord(area.height - 8.0) +

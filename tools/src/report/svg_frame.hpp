@@ -93,6 +93,9 @@ double append_legend(std::string& out, std::vector<legend_entry> const& entries)
 void append_y_axis(std::string& out, plot_area const& area, axis_scale const& scale, value_format format,
                    std::string_view label);
 
+/** @brief Appends tick marks and labels along the bottom of a linear x axis. */
+void append_x_ticks(std::string& out, plot_area const& area, axis_scale const& scale, value_format format);
+
 /** @brief Appends the x axis label centred under the plot. */
 void append_x_label(std::string& out, plot_area const& area, std::string_view label);
 

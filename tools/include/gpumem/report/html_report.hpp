@@ -11,7 +11,10 @@
  *   the replay;
  * - the allocation size histogram of the log (log2 buckets; counts and bytes);
  * - each resource's latency histogram (log2 ns buckets, from replay_timeline; counts on a log scale) with its
- *   p50 and p99 (latency_percentile.hpp) marked, and a table of them.
+ *   p50 and p99 (latency_percentile.hpp) marked, and a table of them;
+ * - when report_input::timeline holds one, the program's allocation timeline (allocation_timeline.hpp): its
+ *   largest blocks stacked over time as PyTorch's memory_viz draws them, coloured by call site, each with its
+ *   stack as a tooltip, and a table of the call sites.
  *
  * The data comes from replay() (replay.hpp): one replay without a timeline for the ns/op figures, one with a
  * timeline for the plots. Rendering is pure: no I/O, deterministic for the same input.
@@ -19,6 +22,7 @@
 #pragma once
 
 #include <gpumem/export.hpp>
+#include <gpumem/report/allocation_timeline.hpp>
 #include <gpumem/replay/allocation_log.hpp>
 #include <gpumem/replay/replay.hpp>
 
@@ -26,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +75,8 @@ struct report_input {
   std::string warning{};
   std::vector<report_resource> resources;
   timeline_axis over_time_axis{timeline_axis::automatic};  ///< x of the charts over time; each chart says which
+  /// The program's allocations with their call sites (from a timeline file), drawn when present
+  std::optional<allocation_timeline> timeline{};
 };
 
 /**
@@ -89,7 +96,10 @@ struct report_input {
  *
  * The page's elements that tools may look for: the table `id="summary-table"`; the charts (`<svg>` in a
  * `<figure>`) `chart-over-time`, `chart-fragmentation`, `chart-fragmentation-over-time`, `chart-sizes`,
- * `chart-sizes-bytes` and `chart-latency`; the table `id="latency-table"`. Each p50 or p99 line of
+ * `chart-sizes-bytes` and `chart-latency`; the table `id="latency-table"`; with a timeline, the heading
+ * `id="allocation-timeline"`, the chart `chart-timeline` (each drawn block a `<path data-block="I"
+ * data-site="S">` with a `<title>` holding its size, times and stack; the other blocks one path
+ * `data-series="other"`) and the table `id="timeline-sites"` (one row per call site, `data-site="S"`). Each p50 or p99 line of
  * `chart-latency` carries `data-marker="p50"` (or p99) and its resource's `data-series`. Each series' line,
  * dot or bar carries `data-series="NAME"` (a resource's name, or "live") and its colour as a plain
  * `stroke`/`fill` attribute; each bar `data-value`.
