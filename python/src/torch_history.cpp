@@ -7,9 +7,10 @@
 // a hash-map update and a ring write; with stacks, also a walk of at most max_depth frames and one hash-map
 // lookup per frame and per stack.
 //
-// The observer never takes the GIL: it may run on a thread without a Python thread state (PyTorch's autograd
-// threads) or on one that released the GIL, and taking it there could deadlock against a thread that holds
-// the GIL and waits for the allocator. Frames are read only when PyGILState_Check() says this thread holds it.
+// Frames: PyTorch's operators release the GIL before they allocate, so while stacks are recorded the observer
+// takes the GIL back on a thread that has a Python thread state and released it (as PyTorch's own recorder does;
+// the lock order is then GIL, recorder mutex, as everywhere else here). A thread without a Python thread state
+// (PyTorch's autograd threads) gets no frames, and with recording off or without stacks the GIL is never taken.
 // A frame is kept as (code object, line): the table holds a reference to each code object (so its address is
 // never reused for another one) and turns it into (filename, line, name) only on export, under the GIL.
 #include "interpreter.hpp"
@@ -115,6 +116,25 @@ std::int64_t now_us() noexcept
     .count();
 }
 
+/** @brief Holds the GIL for its lifetime when constructed with true (the thread must have a Python thread state). */
+class gil_taken {
+ public:
+  explicit gil_taken(bool take) noexcept : taken_{take}
+  {
+    if (taken_) { state_ = PyGILState_Ensure(); }
+  }
+  gil_taken(gil_taken const&) = delete;
+  gil_taken& operator=(gil_taken const&) = delete;
+  ~gil_taken()
+  {
+    if (taken_) { PyGILState_Release(state_); }
+  }
+
+ private:
+  bool taken_;
+  PyGILState_STATE state_{};
+};
+
 /** @brief The calling thread's Python frames, innermost first, as owned (code, line) pairs. Requires the GIL. */
 std::vector<frame_key> python_frames()
 {
@@ -185,8 +205,13 @@ void observe(allocation_event const& event) noexcept
   if (!r.on.load(std::memory_order_relaxed)) { return; }
   try {
     std::vector<frame_key> frames;
-    bool const with_python = event.what != allocation_event::action::free &&
-                             r.with_stacks.load(std::memory_order_relaxed) && python_alive() && PyGILState_Check() != 0;
+    bool const want_python = event.what != allocation_event::action::free &&
+                             r.with_stacks.load(std::memory_order_relaxed) && python_alive();
+    // PyTorch's operators release the GIL before they allocate: a Python thread that released it takes it back
+    // for the frames (as PyTorch's own recorder does); a thread without a Python thread state has no frames.
+    bool const take_gil = want_python && PyGILState_Check() == 0 && PyGILState_GetThisThreadState() != nullptr;
+    gil_taken const gil{take_gil};
+    bool const with_python = want_python && PyGILState_Check() != 0;
     if (with_python) { frames = python_frames(); }
     std::vector<PyObject*> release;
     {

@@ -84,15 +84,23 @@ def test_entries_carry_this_tests_frames(table):
     table.free(pointers[1], 2 * KiB)
 
 
-def test_a_call_without_the_gil_is_recorded_without_frames(table):
-    history.record_memory_history()
-    released = hooks_table()  # CFUNCTYPE: the GIL is released around the call
-    status, pointer = released.alloc(KiB, 0)
+def allocate_with_the_gil_released(hooks, size):
+    """alloc2 through CFUNCTYPE (ctypes releases the GIL around the call), as PyTorch's operators allocate."""
+    status, pointer = hooks.alloc(size, 0)
     assert status == 0
+    return pointer
+
+
+def test_a_python_thread_that_released_the_gil_is_recorded_with_its_frames(table):
+    history.record_memory_history()
+    released = hooks_table()  # CFUNCTYPE: the GIL is released around the call, and the recorder takes it back
+    pointer = allocate_with_the_gil_released(released, KiB)
     assert released.free2(pointer, KiB, 0, None) == 0
     trace = history.snapshot()["device_traces"][0]
-    assert [(e["action"], e["frames"]) for e in trace] == [
-        ("alloc", []), ("free_requested", []), ("free_completed", [])]
+    assert [e["action"] for e in trace] == ["alloc", "free_requested", "free_completed"]
+    names = [f["name"] for f in trace[0]["frames"]]
+    assert names[:2] == ["alloc", "allocate_with_the_gil_released"]
+    assert "test_a_python_thread_that_released_the_gil_is_recorded_with_its_frames" in names
 
 
 def test_stacks_none_records_entries_without_frames(table):

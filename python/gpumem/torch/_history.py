@@ -12,9 +12,9 @@ tools (``torch.cuda._memory_viz``, https://pytorch.org/memory_viz) and ``gpumem 
 What is recorded: every allocation, free and failed allocation (out of memory) that goes through gpumem's
 allocator hooks table (the PyTorch allocator library's calls), with the time, address, size, stream and device.
 With ``stacks="python"``, an allocation also keeps the Python stack of the thread that made it (at most 64
-frames, innermost first), when that thread holds the GIL at the time: the recorder never takes the GIL, so an
-allocation made on a thread without it (PyTorch's autograd threads, or inside an operator that released it)
-is recorded without frames.
+frames, innermost first). PyTorch's operators release the GIL before they allocate: the recorder takes it back on
+a Python thread, as PyTorch's own recorder does. An allocation made on a thread without a Python thread state
+(PyTorch's autograd threads) is recorded without frames.
 
 The recorder lives in the extension module (python/src/torch_history.cpp); this module turns what it keeps
 into PyTorch's schema.
