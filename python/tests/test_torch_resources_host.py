@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import gpumem
+import gpumem.allocators
 import gpumem.torch
 from gpumem import mr
 from gpumem.torch import _install
@@ -300,3 +301,53 @@ def test_devices_are_prepared_lazily_one_by_one(run_on_two_host_devices):
         assert hooks.free2(p, 4096, 1, None) == 0
         print("ok")
     """ % (__import__("os").path.dirname(__file__),))
+
+
+# ---- install() and the command line without PyTorch or a GPU ----------------------------------------------
+
+
+def _python_m_gpumem_torch(*args):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(gpumem.__file__).resolve().parents[1])]
+                                        + [p for p in [env.get("PYTHONPATH")] if p])
+    return subprocess.run([sys.executable, "-m", "gpumem.torch", *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_python_m_gpumem_torch_without_a_script_prints_its_usage():
+    done = _python_m_gpumem_torch()
+    assert done.returncode == 2 and "usage: python -m gpumem.torch" in done.stderr
+    done = _python_m_gpumem_torch("--conf")
+    assert done.returncode == 2 and "usage" in done.stderr
+
+
+def test_python_m_gpumem_torch_check_says_how_the_library_was_built():
+    import importlib.util
+
+    done = _python_m_gpumem_torch("--check")
+    assert "library: " in done.stdout and "libgpumem_torch_allocator.so" in done.stdout, done.stdout + done.stderr
+    assert "built with PyTorch: " in done.stdout
+    library = gpumem.allocators.torch._installed_library()
+    version = gpumem.torch._install._torch_version_of(library)
+    if library.gpumem_torch_built_with_torch():
+        assert version and f"built with PyTorch: yes, PyTorch {version}" in done.stdout
+    else:
+        assert version == "" and "built with PyTorch: no" in done.stdout
+        assert done.returncode == 1
+    if importlib.util.find_spec("torch") is None:
+        assert "running PyTorch: none" in done.stdout and done.returncode == 1
+
+
+def test_install_without_pytorch_is_an_import_error():
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is not None:
+        pytest.skip("PyTorch is installed here")
+    with pytest.raises(ImportError):
+        gpumem.torch.install()
+    assert not gpumem.torch.installed()
