@@ -1,27 +1,20 @@
 """gpumem.torch's configuration (GPUMEM_TORCH_ALLOC_CONF): the grammar, every key, the errors, and what
 configure() makes a device build (host backend, through the allocator hooks table)."""
 
-import os
 
 import pytest
 
 import gpumem
 import gpumem.torch
 from gpumem import mr
-from gpumem.torch import _config, _install
+from gpumem.torch import _config
 from torch_hooks_table import hooks_table
+from torch_state import fresh_torch_state  # noqa: F401 (an autouse fixture)
 
 MiB = 1 << 20
 GiB = 1 << 30
 
 
-@pytest.fixture(autouse=True)
-def fresh_torch_state():
-    """gpumem.torch's state as in a new process: no configuration, device 0 with its default resource."""
-    _install._reset()
-    mr.set_per_device_resource(0, None)
-    yield
-    _install._reset()
 
 
 def parse(text):

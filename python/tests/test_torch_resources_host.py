@@ -12,22 +12,13 @@ import gpumem
 import gpumem.allocators
 import gpumem.torch
 from gpumem import mr
-from gpumem.torch import _install
 from torch_hooks_table import hooks_table
+from torch_state import fresh_torch_state  # noqa: F401 (an autouse fixture)
 
 MiB = 1 << 20
 OUT_OF_MEMORY = (1, 2)  # GPUMEM_ERROR_OUT_OF_MEMORY, GPUMEM_ERROR_BAD_ALLOC
 
 
-@pytest.fixture(autouse=True)
-def fresh_torch_state():
-    """gpumem.torch's state as in a new process: no configuration, device 0 with its default resource."""
-    _install._reset()
-    mr.set_per_device_resource(0, None)
-    yield
-    gc.collect()
-    _install._reset()
-    mr.set_per_device_resource(0, None)
 
 
 @pytest.fixture
