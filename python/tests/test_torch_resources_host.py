@@ -342,3 +342,104 @@ def test_install_without_pytorch_is_an_import_error():
     with pytest.raises(ImportError):
         gpumem.torch.install()
     assert not gpumem.torch.installed()
+
+
+class _FakeCppAllocator:
+    """The C++ allocator object of a CUDAPluggableAllocator: records the set_*_fn calls."""
+
+    def __init__(self):
+        self.set = {}
+
+    def __getattr__(self, name):
+        if not name.startswith("set_"):
+            raise AttributeError(name)
+        return lambda address: self.set.__setitem__(name, address)
+
+
+class _FakePluggable:
+    def __init__(self):
+        self._allocator = _FakeCppAllocator()
+
+    def allocator(self):
+        return self._allocator
+
+
+@pytest.fixture
+def fake_torch(monkeypatch):
+    """A stand-in for PyTorch's modules and gpumem's allocator object, so that install()'s own steps run here."""
+    import sys
+    import types
+
+    from gpumem.torch import _graphs, _install
+
+    torch = types.ModuleType("torch")
+    torch.__version__ = "2.11.0+fake"
+    torch.cuda = types.ModuleType("torch.cuda")
+    torch.cuda.memory = types.ModuleType("torch.cuda.memory")
+    torch.swapped = []
+    torch.cuda.memory.change_current_allocator = torch.swapped.append
+    for name, module in (("torch", torch), ("torch.cuda", torch.cuda), ("torch.cuda.memory", torch.cuda.memory)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(gpumem.allocators.torch, "torch_allocator", _FakePluggable)
+    torch.graph_hooks = []
+    monkeypatch.setattr(_graphs, "set_hooks", lambda *arguments: torch.graph_hooks.append(arguments))
+    monkeypatch.setattr(_install, "_installed", None)
+    return torch
+
+
+def test_install_swaps_the_allocator_and_routes_empty_cache_and_the_fraction_to_gpumem(fake_torch, hooks):
+    import ctypes
+
+    manager = gpumem.SpillManager(1 << 20)
+    pluggable = gpumem.torch.install("slab_size:2MiB,record_stream:error", spill=[manager])
+    assert fake_torch.swapped == [pluggable]
+    assert gpumem.torch.installed()
+    library = gpumem.allocators.torch._installed_library()
+    address = lambda name: ctypes.cast(getattr(library, name), ctypes.c_void_p).value  # noqa: E731
+    assert pluggable.allocator().set["set_reset_fn"] == address("gpumem_torch_empty_cache")
+    assert pluggable.allocator().set["set_memory_fraction_fn"] == address("gpumem_torch_set_memory_fraction")
+    (graph_arguments,) = fake_torch.graph_hooks
+    assert graph_arguments[0] is pluggable and graph_arguments[1] is library
+    assert graph_arguments[2]["record_stream"] == "error" and graph_arguments[2]["slab_size"] == 2 * MiB
+    assert gpumem.torch.install() is pluggable  # idempotent: no second swap
+    assert gpumem.torch.install("slab_size:2MiB,record_stream:error") is pluggable
+    assert len(fake_torch.swapped) == 1
+    with pytest.raises(RuntimeError, match="another configuration"):
+        gpumem.torch.install("slab_size:4MiB")
+    # What PyTorch calls through those addresses reaches gpumem.
+    p = alloc(hooks, 3 * MiB)
+    pool = gpumem.torch.resource(0)
+    assert pool.slab_size == 2 * MiB
+    free(hooks, p, 3 * MiB)
+    library.gpumem_torch_set_memory_fraction.argtypes = [ctypes.c_double, ctypes.c_int]
+    library.gpumem_torch_set_memory_fraction(0.5, 0)
+    assert gpumem.torch.get_per_process_memory_fraction(0) == pytest.approx(0.5, rel=1e-6)
+    before = pool.physical_bytes
+    assert before >= 4 * MiB
+    library.gpumem_torch_empty_cache()
+    assert pool.physical_bytes == 0
+
+
+def test_install_after_pytorchs_allocator_started_says_to_install_first(fake_torch):
+    def refuse(allocator):
+        raise RuntimeError("Can't swap an already initialized allocator")
+
+    fake_torch.cuda.memory.change_current_allocator = refuse
+    with pytest.raises(RuntimeError) as error:
+        gpumem.torch.install()
+    message = str(error.value)
+    assert "before the first CUDA tensor" in message and "python -m gpumem.torch" in message
+    assert "already initialized" in message
+    assert not gpumem.torch.installed()
+
+
+def test_install_refuses_a_library_built_against_another_pytorch_release(fake_torch, monkeypatch):
+    from gpumem.torch import _install
+
+    monkeypatch.setattr(_install, "_torch_version_of", lambda library: "2.9.1")
+    with pytest.raises(RuntimeError, match=r"built against PyTorch 2\.9\.1, but PyTorch 2\.11\.0\+fake is running"):
+        gpumem.torch.install()
+    assert not gpumem.torch.installed() and fake_torch.swapped == []
+    monkeypatch.setattr(_install, "_torch_version_of", lambda library: "2.11.3")  # another patch release: fine
+    gpumem.torch.install()
+    assert len(fake_torch.swapped) == 1
