@@ -218,13 +218,24 @@ std::shared_ptr<device_memory_resource> base_locked(int device, device_state con
   return {hold.resource, [](device_memory_resource*) noexcept {}};  // raw or default: kept by the program or gpumem
 }
 
+/** @brief Gives back what `device`'s resource holds free: a VMM pool's wholly free slabs, a CUDA memory pool's cache
+ * (after the device's work, so that completed frees are cached). Other resources keep what they hold. */
 std::size_t empty_device(int device)
 {
   std::shared_ptr<device_memory_resource> const base = torch_resources::base_resource(device);
-  auto* const vmm = dynamic_cast<mr::vmm_pool_memory_resource*>(base.get());
-  if (vmm == nullptr) { return 0; }
-  cuda_set_device_raii const on_device{cuda_device_id{device}};
-  return vmm->release_unused();
+  if (auto* const vmm = dynamic_cast<mr::vmm_pool_memory_resource*>(base.get())) {
+    cuda_set_device_raii const on_device{cuda_device_id{device}};
+    return vmm->release_unused();
+  }
+  if (auto* const async = dynamic_cast<mr::cuda_async_view_memory_resource*>(base.get())) {
+    cuda_set_device_raii const on_device{cuda_device_id{device}};
+    synchronize_device();
+    std::size_t const before = async->usage().reserved_current;
+    async->trim(0);
+    std::size_t const after = async->usage().reserved_current;
+    return before > after ? before - after : 0;
+  }
+  return 0;
 }
 
 /** @brief The bytes released on `device` (< 0: every prepared device). @throws as release_unused. */

@@ -1,7 +1,8 @@
 // The statistics gpumem.torch.memory_stats() reports: an observer of the allocator hooks (torch_hooks.hpp) that
 // counts, per device, the allocations and bytes PyTorch holds (PyTorch's "allocation" and "allocated_bytes": current,
 // peak, allocated, freed), the allocations that failed (num_ooms) and those retried after make_room
-// (num_alloc_retries); the device's reserved bytes come from its resource when it is a VMM pool.
+// (num_alloc_retries); the device's reserved bytes come from its resource when it is a VMM pool or a CUDA memory
+// pool (CudaAsyncMemoryResource).
 // Cost per allocation or free: a few relaxed atomic adds and a compare-exchange loop on each peak.
 // Python (private): _torch_stats(device) -> dict, _torch_reset_peak(device), _torch_reset_accumulated(device).
 #include "registry.hpp"
@@ -9,6 +10,7 @@
 #include "torch_resources.hpp"
 
 #include <gpumem/cuda_device_id.hpp>
+#include <gpumem/mr/cuda_async_view_memory_resource.hpp>
 #include <gpumem/mr/pool_memory_resource.hpp>
 #include <gpumem/mr/vmm_pool_memory_resource.hpp>
 
@@ -150,6 +152,11 @@ py::dict stats_dict(int device)
     d["free_bytes"] = vmm->free_bytes();
     d["largest_free_block"] = vmm->largest_free_block();
     d["maximum_physical_size"] = vmm->maximum_physical_size();
+  } else if (auto const* async = dynamic_cast<mr::cuda_async_view_memory_resource const*>(base.get())) {
+    d["resource"] = "async";
+    auto const usage = async->usage();
+    d["reserved_current"] = usage.reserved_current;
+    d["reserved_peak"] = usage.reserved_high;
   } else if (auto const* pool = dynamic_cast<mr::pool_memory_resource const*>(base.get())) {
     d["resource"] = "pool";
     d["pool_size"] = pool->pool_size();

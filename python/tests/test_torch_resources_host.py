@@ -443,3 +443,19 @@ def test_install_refuses_a_library_built_against_another_pytorch_release(fake_to
     monkeypatch.setattr(_install, "_torch_version_of", lambda library: "2.11.3")  # another patch release: fine
     gpumem.torch.install()
     assert len(fake_torch.swapped) == 1
+
+
+def test_a_cuda_memory_pool_reports_what_it_holds_and_empty_cache_trims_it(hooks):
+    gpumem.torch.configure("resource:async")
+    p = alloc(hooks, 8 * MiB)
+    assert isinstance(gpumem.torch.resource(0), mr.CudaAsyncMemoryResource)
+    stats = gpumem.torch.memory_stats(0)
+    assert stats["gpumem.resource"] == "async"
+    assert stats["reserved_bytes.all.current"] >= 8 * MiB
+    free(hooks, p, 8 * MiB)
+    held = gpumem.torch.memory_reserved(0)
+    assert held >= 8 * MiB  # the pool caches what was freed
+    released = gpumem.torch.empty_cache()
+    assert released >= 8 * MiB
+    assert gpumem.torch.memory_reserved(0) == held - released
+    assert gpumem.torch.max_memory_reserved(0) >= 8 * MiB

@@ -3,8 +3,8 @@ allocator (PyTorch's own functions raise "CUDAPluggableAllocator does not yet su
 
 The counts cover every allocation PyTorch made through gpumem (install()), with the sizes PyTorch asked for:
 PyTorch's "allocated_bytes" and "requested_bytes" are then the same. "reserved_bytes" is the physical memory of
-the device's VMM pool (VmmPoolMemoryResource); for other resources, which do not say what they hold, it equals
-"allocated_bytes".
+the device's VMM pool (VmmPoolMemoryResource), or what its CUDA memory pool holds (CudaAsyncMemoryResource); for
+other resources, which do not say what they hold, it equals "allocated_bytes".
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ def memory_stats(device=None) -> Dict[str, Any]:
         for key in ("slab_size", "slab_count", "mapping_count", "free_bytes", "largest_free_block",
                     "maximum_physical_size"):
             stats[f"gpumem.{key}"] = raw[key]
+    elif raw["resource"] == "async":
+        stats["reserved_bytes.all.current"] = raw["reserved_current"]
+        stats["reserved_bytes.all.peak"] = raw["reserved_peak"]
     else:
         stats["reserved_bytes.all.current"] = raw["allocated_bytes"]["current"]
         stats["reserved_bytes.all.peak"] = raw["allocated_bytes"]["peak"]
@@ -95,8 +98,9 @@ def reset_accumulated_memory_stats(device=None) -> None:
 
 def empty_cache() -> int:
     """Gives the memory that no live tensor uses back to the devices (torch.cuda.empty_cache, which install() also
-    routes here): the wholly free slabs of each device's VMM pool and idle private pools of CUDA graphs. Returns
-    the bytes given back (0 for resources that keep what they hold)."""
+    routes here): the wholly free slabs of each device's VMM pool (or the cache of its CUDA memory pool, after the
+    device's work) and idle private pools of CUDA graphs. Returns the bytes given back (0 for resources that keep
+    what they hold)."""
     return _gpumem._torch_empty_cache(-1)
 
 
