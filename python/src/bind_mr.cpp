@@ -296,6 +296,20 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
   vmm.def("release_unused", &mr::vmm_pool_memory_resource::release_unused, py::call_guard<py::gil_scoped_release>(),
           "Unmaps and releases every wholly free slab once the streams that freed memory in it are done; "
           "returns the bytes given back to the device.");
+  vmm.def(
+    "set_maximum_physical_size",
+    [](mr::vmm_pool_memory_resource& self, checked<std::optional<std::size_t>, "bytes"> bytes) {
+      py::gil_scoped_release const release;
+      self.set_maximum_physical_size(bytes.value);
+    },
+    py::arg("bytes"),
+    "Caps the physical memory the pool may hold (None: no cap but the device's); growth beyond it raises "
+    "OutOfMemoryError. A cap below what the pool holds gives nothing back (release_unused() does). Raises "
+    "ValueError for a cap below one slab.");
+  vmm.def_property_readonly("maximum_physical_size", &mr::vmm_pool_memory_resource::maximum_physical_size,
+                            "The cap on the pool's physical memory, or None.");
+  vmm.def("reset_peak_physical_bytes", &mr::vmm_pool_memory_resource::reset_peak_physical_bytes,
+          py::call_guard<py::gil_scoped_release>(), "Sets peak_physical_bytes to the physical memory held now.");
   vmm.def_property_readonly("slab_size", &mr::vmm_pool_memory_resource::slab_size, "Bytes per slab.");
   vmm.def_property_readonly("max_mapping_size", &mr::vmm_pool_memory_resource::max_mapping_size,
                             "The largest piece of physical memory a growth creates (whole slabs).");

@@ -435,6 +435,10 @@ case("gpumem.mr.VmmPoolMemoryResource")(lambda: (mr.VmmPoolMemoryResource, dict(
     max_mapping_size=None, mapping_divisor=64)))
 case("gpumem.mr.VmmPoolMemoryResource.release_unused")(
     lambda: (mr.VmmPoolMemoryResource(2 << 20, reservation_size=64 << 20).release_unused, {}))
+case("gpumem.mr.VmmPoolMemoryResource.set_maximum_physical_size")(
+    lambda: (mr.VmmPoolMemoryResource(2 << 20, reservation_size=64 << 20).set_maximum_physical_size, dict(bytes=None)))
+case("gpumem.mr.VmmPoolMemoryResource.reset_peak_physical_bytes")(
+    lambda: (mr.VmmPoolMemoryResource(2 << 20, reservation_size=64 << 20).reset_peak_physical_bytes, {}))
 case("gpumem.mr.ArenaMemoryResource")(lambda: (mr.ArenaMemoryResource, dict(
     upstream=mr.CudaMemoryResource(), arena_size=1 << 20, dump_log_on_failure=False)))
 case("gpumem.mr.ArenaMemoryResource.global_free_bytes")(

@@ -11,6 +11,7 @@
 //   void* gpumem_torch_alloc(ssize_t size, int device, cudaStream_t stream)          PyTorch's alloc_fn
 //   void  gpumem_torch_free(void* ptr, ssize_t size, int device, cudaStream_t stream)  PyTorch's free_fn
 //   int   gpumem_torch_built_with_torch(void)
+//   const char* gpumem_torch_torch_version(void)                                        "" without PyTorch
 //   void  gpumem_torch_record_stream(void* ptr, cudaStream_t stream)                 set_record_stream_fn
 //   void  gpumem_torch_empty_cache(void)                                              set_reset_fn
 //   void  gpumem_torch_set_memory_fraction(double fraction, int device)               set_memory_fraction_fn
@@ -161,6 +162,18 @@ GPUMEM_TORCH_ALLOCATOR_API void gpumem_torch_free(void* ptr, ssize_t size, int d
 
 /** @brief 1 when built with PyTorch's headers (failures throw c10 errors), 0 otherwise (failures return NULL). */
 GPUMEM_TORCH_ALLOCATOR_API int gpumem_torch_built_with_torch(void) { return GPUMEM_TORCH_ALLOCATOR_WITH_TORCH; }
+
+#if GPUMEM_TORCH_ALLOCATOR_WITH_TORCH && __has_include(<torch/csrc/api/include/torch/version.h>)
+#include <torch/csrc/api/include/torch/version.h>  // TORCH_VERSION: macros only
+#define GPUMEM_TORCH_ALLOCATOR_TORCH_VERSION TORCH_VERSION
+#elif GPUMEM_TORCH_ALLOCATOR_WITH_TORCH
+#define GPUMEM_TORCH_ALLOCATOR_TORCH_VERSION "unknown"
+#else
+#define GPUMEM_TORCH_ALLOCATOR_TORCH_VERSION ""
+#endif
+
+/** @brief The PyTorch version whose headers the library was built against ("major.minor.patch"; "" without them). */
+GPUMEM_TORCH_ALLOCATOR_API char const* gpumem_torch_torch_version(void) { return GPUMEM_TORCH_ALLOCATOR_TORCH_VERSION; }
 
 /**
  * @brief PyTorch's record_stream_fn (Tensor.record_stream): the block at `ptr` is used on `stream` too, so its free

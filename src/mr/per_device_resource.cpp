@@ -159,6 +159,29 @@ device_memory_resource* set_per_device_resource(cuda_device_id device, std::shar
   return set_resource(device, resource, ownership::shared, std::move(new_mr));
 }
 
+bool is_per_device_resource_set(cuda_device_id device)
+{
+  check_device(device, "gpumem::mr::is_per_device_resource_set");
+  resource_registry& reg = registry();
+  std::lock_guard lock{reg.mutex};
+  return reg.slots[static_cast<std::size_t>(device.value())].owned_by.load(std::memory_order_relaxed) !=
+         ownership::gpumem;
+}
+
+bool set_per_device_resource_if_unset(cuda_device_id device, std::shared_ptr<device_memory_resource> new_mr)
+{
+  check_device(device, "gpumem::mr::set_per_device_resource_if_unset");
+  expects(new_mr != nullptr, "gpumem::mr::set_per_device_resource_if_unset: the shared_ptr is empty");
+  resource_registry& reg = registry();
+  auto const index = static_cast<std::size_t>(device.value());
+  device_slot& slot = reg.slots[index];
+  std::lock_guard lock{reg.mutex};
+  if (slot.owned_by.load(std::memory_order_relaxed) != ownership::gpumem) { return false; }
+  device_memory_resource* const resource = new_mr.get();
+  static_cast<void>(install_locked(slot, resource, ownership::shared, std::move(new_mr)));  // replaces no owner
+  return true;
+}
+
 device_memory_resource* get_current_device_resource()
 {
   return get_per_device_resource(cuda_device_id{detail::get_backend().current_device()});

@@ -79,8 +79,8 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
   }
   device_total_ = provider_->mem_info().total;
   std::size_t const reservation = reservation_for(options.reservation_size, device_total_, slab);
-  if (maximum_physical_) {
-    expects(*maximum_physical_ >= slab, "maximum_physical_size " + std::to_string(*maximum_physical_) +
+  if (options.maximum_physical_size) {
+    expects(*options.maximum_physical_size >= slab, "maximum_physical_size " + std::to_string(*options.maximum_physical_size) +
                                           " is smaller than one slab (" + std::to_string(slab) + " bytes)");
   }
   if (mapping_divisor_ > 0 && !options.max_mapping_size) { max_mapping_slabs_ = reservation / slab; }
@@ -436,6 +436,29 @@ std::size_t vmm_pool_memory_resource::release_unused()
   checked_call const check{*this, invariant_sampler_, checked_name, "release_unused"};
   detail::lock_guard lock{mutex_};
   return release_mappings(heap_->wholly_free_mappings());
+}
+
+void vmm_pool_memory_resource::set_maximum_physical_size(std::optional<std::size_t> bytes)
+{
+  std::size_t const slab = slab_size();
+  if (bytes) {
+    expects(*bytes >= slab, "maximum_physical_size " + std::to_string(*bytes) + " is smaller than one slab (" +
+                              std::to_string(slab) + " bytes)");
+  }
+  detail::lock_guard lock{mutex_};
+  maximum_physical_ = bytes;
+}
+
+std::optional<std::size_t> vmm_pool_memory_resource::maximum_physical_size() const noexcept
+{
+  detail::lock_guard lock{mutex_};
+  return maximum_physical_;
+}
+
+void vmm_pool_memory_resource::reset_peak_physical_bytes() noexcept
+{
+  detail::lock_guard lock{mutex_};
+  peak_physical_ = heap_->backed_bytes();
 }
 
 void vmm_pool_memory_resource::fail(std::size_t bytes, std::string_view why)

@@ -77,6 +77,30 @@ TEST_F(per_device_resource, a_shared_resource_is_held_while_set_and_by_holds)
   EXPECT_TRUE(watch.expired()) << "replaced and no longer held: destroyed";
 }
 
+TEST_F(per_device_resource, set_if_unset_sets_only_over_the_default_and_is_set_tells_which)
+{
+  cuda_device_id const device{0};
+  EXPECT_FALSE(mr::is_per_device_resource_set(device));
+  auto first = std::make_shared<mr::cuda_memory_resource>();
+  EXPECT_TRUE(mr::set_per_device_resource_if_unset(device, first));
+  EXPECT_EQ(mr::get_per_device_resource(device), first.get());
+  EXPECT_TRUE(mr::is_per_device_resource_set(device));
+  auto second = std::make_shared<mr::cuda_memory_resource>();
+  EXPECT_FALSE(mr::set_per_device_resource_if_unset(device, second)) << "a set resource must be kept";
+  EXPECT_EQ(mr::get_per_device_resource(device), first.get());
+  EXPECT_EQ(second.use_count(), 1) << "a resource that was not set must not be held";
+  (void)mr::set_per_device_resource(device, nullptr);
+  EXPECT_FALSE(mr::is_per_device_resource_set(device)) << "restoring the default unsets it";
+  mr::cuda_memory_resource raw;
+  (void)mr::set_per_device_resource(device, &raw);
+  EXPECT_TRUE(mr::is_per_device_resource_set(device)) << "a raw-pointer setting counts as set";
+  EXPECT_FALSE(mr::set_per_device_resource_if_unset(device, second));
+  EXPECT_EQ(mr::get_per_device_resource(device), &raw);
+  (void)mr::set_per_device_resource(device, nullptr);
+  EXPECT_THROW((void)mr::set_per_device_resource_if_unset(device, nullptr), logic_error);
+  EXPECT_THROW((void)mr::is_per_device_resource_set(cuda_device_id{1 << 20}), logic_error);
+}
+
 TEST_F(per_device_resource, an_empty_shared_ptr_is_a_logic_error)
 {
   cuda_device_id const device{detail::get_backend().current_device()};

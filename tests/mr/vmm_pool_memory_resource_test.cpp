@@ -630,6 +630,57 @@ TEST(vmm_pool_memory_resource, the_physical_cap_is_out_of_memory_naming_it_but_m
   pool.deallocate(blocks[2], granule);
 }
 
+TEST(vmm_pool_memory_resource, set_maximum_physical_size_caps_growth_and_lowering_it_gives_nothing_back)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  EXPECT_FALSE(pool.maximum_physical_size().has_value());
+  std::vector<void*> blocks;
+  for (int i = 0; i < 3; ++i) { blocks.push_back(pool.allocate(granule)); }
+  pool.set_maximum_physical_size(2 * granule);  // below what the pool holds: nothing goes back
+  EXPECT_EQ(pool.maximum_physical_size(), std::optional<std::size_t>{2 * granule});
+  EXPECT_EQ(pool.physical_bytes(), 3 * granule);
+  try {
+    void* p = pool.allocate(granule);
+    pool.deallocate(p, granule);
+    FAIL() << "the pool grew over the maximum_physical_size set later";
+  } catch (out_of_memory const& e) {
+    std::string const what = e.what();
+    EXPECT_NE(what.find("maximum_physical_size"), std::string::npos) << what;
+    EXPECT_NE(what.find(format_bytes(2 * granule)), std::string::npos) << what;
+  }
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(blocks[2], granule);  // a free slab inside the pool is reused without growth
+  blocks[2] = pool.allocate(granule);
+  pool.set_maximum_physical_size(4 * granule);  // raised: the pool grows again
+  blocks.push_back(pool.allocate(granule));
+  EXPECT_EQ(pool.physical_bytes(), 4 * granule);
+  pool.set_maximum_physical_size(std::nullopt);  // no cap
+  blocks.push_back(pool.allocate(granule));
+  EXPECT_EQ(pool.physical_bytes(), 5 * granule);
+  EXPECT_THROW(pool.set_maximum_physical_size(granule - 1), logic_error);
+  EXPECT_FALSE(pool.maximum_physical_size().has_value()) << "a refused cap must leave the old one";
+  for (void* p : blocks) { pool.deallocate(p, granule); }
+  EXPECT_TRUE(books_balance(pool, provider));
+}
+
+TEST(vmm_pool_memory_resource, reset_peak_physical_bytes_sets_the_peak_to_the_memory_held_now)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  void* a = pool.allocate(granule);
+  void* b = pool.allocate(2 * granule);
+  pool.deallocate(b, 2 * granule);
+  EXPECT_EQ(pool.release_unused(), 2 * granule);
+  EXPECT_EQ(pool.peak_physical_bytes(), 3 * granule);
+  pool.reset_peak_physical_bytes();
+  EXPECT_EQ(pool.peak_physical_bytes(), granule);
+  b = pool.allocate(granule);
+  EXPECT_EQ(pool.peak_physical_bytes(), 2 * granule);
+  pool.deallocate(a, granule);
+  pool.deallocate(b, granule);
+}
+
 // The device is full and the only wholly free slab is the one the growth extends: no other slab can make
 // room, so the request fails as out of memory. Releasing that slab to retry the creation cannot help (the
 // growth then lacks exactly what it released): the pool should keep it and say that the device is full.

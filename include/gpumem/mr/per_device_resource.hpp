@@ -61,6 +61,21 @@ GPUMEM_EXPORT device_memory_resource* set_current_device_resource(device_memory_
 GPUMEM_EXPORT device_memory_resource* set_current_device_resource(std::shared_ptr<device_memory_resource> new_mr);
 
 /**
+ * @brief Whether a resource was set for `device` (by either overload, and not since restored to its default).
+ * @throws gpumem::logic_error if `device` is not a valid device ordinal.
+ */
+[[nodiscard]] GPUMEM_EXPORT bool is_per_device_resource_set(cuda_device_id device);
+
+/**
+ * @brief Sets `device`'s resource to `new_mr`, sharing ownership as set_per_device_resource does, only when
+ * none is set (the device has its default): one step under the registry's mutex, so a concurrent setter
+ * either comes first (and `new_mr` is not set) or replaces `new_mr` afterwards.
+ * @return whether `new_mr` was set.
+ * @throws gpumem::logic_error if `device` is not a valid device ordinal or `new_mr` is empty.
+ */
+GPUMEM_EXPORT bool set_per_device_resource_if_unset(cuda_device_id device, std::shared_ptr<device_memory_resource> new_mr);
+
+/**
  * @brief Restores the default resource of every device, dropping the references gpumem held to shared
  * ones. @return nothing; never throws.
  */

@@ -138,6 +138,18 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
    */
   std::size_t release_unused();
 
+  /**
+   * @brief Changes the most physical memory the pool may hold (none: no cap but the device's). Growth beyond it
+   * then fails with gpumem::out_of_memory; a cap below the memory held now gives nothing back, it only stops
+   * growth (release_unused() gives back what is free). Thread-safety: takes the pool's mutex.
+   * @throws gpumem::logic_error when `bytes` is below one slab.
+   */
+  void set_maximum_physical_size(std::optional<std::size_t> bytes);
+  /** @return the cap set by the options or set_maximum_physical_size (none: no cap). */
+  [[nodiscard]] std::optional<std::size_t> maximum_physical_size() const noexcept;
+  /** @brief Sets the peak of physical memory to the memory held now. Thread-safety: takes the pool's mutex. */
+  void reset_peak_physical_bytes() noexcept;
+
   /** @return the provider (its device, granularity, and for a simulated one its counters). */
   [[nodiscard]] virtual_memory_provider& provider() const noexcept { return *provider_; }
   [[nodiscard]] std::size_t slab_size() const noexcept;
@@ -146,7 +158,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   [[nodiscard]] std::size_t bytes_in_use() const noexcept;
   /** @return bytes of physical memory held now (slabs mapped). */
   [[nodiscard]] std::size_t physical_bytes() const noexcept;
-  /** @return the most physical memory held at once since construction. */
+  /** @return the most physical memory held at once since construction or reset_peak_physical_bytes(). */
   [[nodiscard]] std::size_t peak_physical_bytes() const noexcept;
   /** @return bytes free in the mapped slabs. */
   [[nodiscard]] std::size_t free_bytes() const noexcept;
@@ -209,7 +221,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
 
   std::unique_ptr<virtual_memory_provider> provider_;
   mutable detail::mutex mutex_;
-  std::optional<std::size_t> maximum_physical_;
+  std::optional<std::size_t> maximum_physical_ GPUMEM_GUARDED_BY(mutex_);
   std::optional<std::size_t> release_threshold_;
   std::uintptr_t reservation_{};
   std::size_t reservation_size_{};

@@ -1,7 +1,13 @@
-"""gpumem as PyTorch's CUDA allocator::
+"""gpumem as PyTorch's CUDA allocator, the low-level way::
 
     import torch, gpumem
     torch.cuda.memory.change_current_allocator(gpumem.allocators.torch_allocator())
+
+The recommended way is ``gpumem.torch.install()`` (or ``python -m gpumem.torch script.py``): it does the same
+swap and also routes ``torch.cuda.empty_cache`` and ``torch.cuda.set_per_process_memory_fraction`` to gpumem,
+sets the hooks for ``Tensor.record_stream`` and CUDA graphs, and reads GPUMEM_TORCH_ALLOC_CONF; its
+``gpumem.torch.memory_stats()``, ``memory_summary()`` and the other functions of torch.cuda's names report
+PyTorch's memory (``torch.cuda.memory_stats`` itself raises for any pluggable allocator).
 
 PyTorch allows the swap only before its own CUDA allocator has been initialised in the process (before
 the first CUDA tensor); afterwards ``change_current_allocator`` raises RuntimeError.
@@ -11,8 +17,10 @@ the first CUDA tensor); afterwards ``change_current_allocator`` raises RuntimeEr
 does not link gpumem: it calls the gpumem of this module through a table of C hooks that
 ``torch_allocator()`` installs first, so PyTorch's memory comes from the resource that
 ``gpumem.mr.set_current_device_resource`` chose for the device PyTorch allocates on, ordered on PyTorch's
-current stream and freed on that stream. A failed allocation raises ``torch.OutOfMemoryError`` with
-gpumem's message (size, resource, device, free and total memory).
+current stream and freed on that stream. On a device for which the program set no resource, the first
+PyTorch allocation builds gpumem.torch's configured resource (a ``VmmPoolMemoryResource`` by default) and
+sets it as the device's resource. A failed allocation raises ``torch.OutOfMemoryError`` with gpumem's
+message (size, resource, device, free and total memory).
 
 Set the resource before the first tensor and keep it while PyTorch holds memory from it: memory is
 returned to the resource that allocated it, so replacing that resource with
@@ -20,10 +28,9 @@ returned to the resource that allocated it, so replacing that resource with
 (``gpumem.reinitialize`` keeps replaced resources alive while their memory is live). At interpreter exit,
 memory that PyTorch frees after gpumem has dropped its resources is left to the process's exit.
 
-PyTorch's ``Tensor.record_stream`` has no effect with a pluggable allocator: memory used on a second stream
-must be ordered by the program (synchronise before the tensor is dropped). ``torch.cuda.memory_stats`` and
-``torch.cuda.memory._snapshot`` are not available with a pluggable allocator; ask gpumem's resources
-(a ``StatisticsResourceAdaptor``, a ``LoggingResourceAdaptor``) instead.
+With the allocator object alone (no ``gpumem.torch.install()``), PyTorch's optional hooks are not set:
+``Tensor.record_stream`` then has no effect (synchronise before a tensor used on a second stream is dropped)
+and ``torch.cuda.empty_cache`` does nothing; gpumem.torch's statistics functions still count its allocations.
 
 PyTorch is imported by ``torch_allocator()``, not when gpumem is. ``rmm_torch_allocator`` is RMM's name
 (``rmm.allocators.torch.rmm_torch_allocator``): the allocator object itself, made on first access, or None
