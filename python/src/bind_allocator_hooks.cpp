@@ -111,7 +111,11 @@ gpumem_status hook_alloc2(std::size_t size, int device, void* stream, std::uint6
     status = pool.is_default() ? allocate_from_device_resource(size, current, stream, out)
                                : torch_hooks::pool_allocate(current, pool, size, stream, out);
     using action = torch_hooks::allocation_event::action;
-    notify({status == GPUMEM_SUCCESS ? action::alloc : action::oom, *out, size, current, stream, pool});
+    if (status == GPUMEM_SUCCESS) {
+      notify({action::alloc, *out, size, current, stream, pool});
+    } else if (is_out_of_memory(status)) {  // other failures (a bad device, a resource that cannot be built) are not
+      notify({action::oom, nullptr, size, current, stream, pool});
+    }
   } catch (...) {  // not a device ordinal, or CUDA refused the device
     return fail_with_current_exception();
   }

@@ -9,10 +9,13 @@ keys). Each device gets the configured resource (a VmmPoolMemoryResource by defa
 allocation, unless the program set a gpumem resource for it. memory_stats(), memory_summary(), empty_cache(),
 set_per_process_memory_fraction() and the others mirror torch.cuda's functions of the same names; PyTorch's own
 torch.cuda.empty_cache() and torch.cuda.set_per_process_memory_fraction() reach gpumem too once installed.
+record_memory_history(), snapshot() and dump_snapshot() mirror torch.cuda.memory's _record_memory_history,
+_snapshot and _dump_snapshot, in PyTorch's snapshot schema.
 PyTorch is imported by install(), not when gpumem.torch is.
 """
 
 from ._config import ENVIRONMENT_VARIABLE, parse as parse_configuration
+from ._history import dump_snapshot, record_memory_history, snapshot
 from ._install import configuration, configure, install, installed, register_spill_manager, resource
 from ._stats import (
     empty_cache,
@@ -33,6 +36,7 @@ __all__ = [
     "ENVIRONMENT_VARIABLE",
     "configuration",
     "configure",
+    "dump_snapshot",
     "empty_cache",
     "get_per_process_memory_fraction",
     "install",
@@ -45,9 +49,11 @@ __all__ = [
     "memory_stats_as_nested_dict",
     "memory_summary",
     "parse_configuration",
+    "record_memory_history",
     "register_spill_manager",
     "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",
     "resource",
     "set_per_process_memory_fraction",
+    "snapshot",
 ]
