@@ -12,7 +12,8 @@
 // several streams never reuses a block across them.
 //
 // A pool goes back to the device (after a device synchronisation: replays may still run) once its use count is 0
-// and it has no live block, and never while a capture is underway on its device: at pool_release, at the free of
+// and it has no live block, and never while a capture is underway (on any device: global mode forbids the
+// synchronisation process-wide): at pool_release, at the free of
 // its last block, at pool_end, or by release_idle_pools (empty_cache, out of memory).
 //
 // Captures: pool_begin to pool_end is a capture underway (torch_capture.hpp); at the last pool_end the (0, 0) frees
@@ -86,13 +87,17 @@ bool device_capturing(int device)  // with mutex held
 
 bool idle(private_pool const& pool) { return pool.use_count <= 0 && pool.live == 0 && pool.held.empty(); }
 
-/** @brief Removes the idle pools of `device` (< 0: all) whose device captures nothing, for destroy(). */
+/**
+ * @brief Removes the idle pools of `device` (< 0: all), for destroy(); none while any capture is underway, since
+ * destroy() synchronises a device, which a global-mode capture on any device forbids.
+ */
 std::vector<std::unique_ptr<private_pool>> take_idle(int device)  // with mutex held
 {
   std::vector<std::unique_ptr<private_pool>> taken;
+  if (captures_underway.load(std::memory_order_acquire) > 0) { return taken; }
   for (auto it = pools.begin(); it != pools.end();) {
     private_pool const& pool = *it->second;
-    if ((device < 0 || pool.device == device) && idle(pool) && !device_capturing(pool.device)) {
+    if ((device < 0 || pool.device == device) && idle(pool)) {
       taken.push_back(std::move(it->second));
       it = pools.erase(it);
     } else {
@@ -247,8 +252,8 @@ gpumem_status pool_end(int device, pool_id pool) noexcept
         for (auto const& [ptr, size] : held_pool->held) { free_in_pool(*held_pool, ptr, size); }
         held_pool->held.clear();
       }
-      idle_pools = take_idle(device);
     }
+    idle_pools = take_idle(-1);  // pools left idle while something captured
   } catch (...) {
     return fail_with_current_exception();
   }
