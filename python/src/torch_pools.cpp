@@ -13,8 +13,9 @@
 //
 // A pool goes back to the device (after a device synchronisation: replays may still run) once its use count is 0
 // and it has no live block, and never while a capture is underway (on any device: global mode forbids the
-// synchronisation process-wide): at pool_release, at the free of
-// its last block, at pool_end, or by release_idle_pools (empty_cache, out of memory).
+// synchronisation process-wide): at pool_release, at the free of its last block, at pool_end, or by
+// release_idle_pools (empty_cache, out of memory), which also gives back the wholly free slabs of released pools
+// that still have live blocks (a tensor the program keeps, a cuBLAS workspace allocated during a capture).
 //
 // Captures: pool_begin to pool_end is a capture underway (torch_capture.hpp); at the last pool_end the (0, 0) frees
 // held back meanwhile are carried out (torch_streams.cpp).
@@ -33,6 +34,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -282,13 +284,24 @@ gpumem_status pool_release(int device, pool_id pool) noexcept
 std::size_t release_idle_pools(int device) noexcept
 {
   std::vector<std::unique_ptr<private_pool>> idle_pools;
+  std::size_t trimmed = 0;
   try {
     std::scoped_lock const lock{mutex};
     idle_pools = take_idle(device);
-  } catch (...) {
-    return 0;
+    // A released pool that still has live blocks (a tensor the program keeps, a cuBLAS workspace allocated during
+    // its capture) gives back its wholly free slabs, as PyTorch's empty_cache frees a released pool's free segments.
+    if (captures_underway.load(std::memory_order_acquire) == 0) {
+      for (auto& [k, pool] : pools) {
+        if ((device >= 0 && pool->device != device) || pool->use_count > 0) { continue; }
+        cuda_set_device_raii const on_device{cuda_device_id{pool->device}};
+        synchronize_device();  // replays of its graphs may still run
+        trimmed += pool->resource->release_unused();
+      }
+    }
+  } catch (std::exception const& e) {
+    gpumem::detail::log(log_level::error, std::string{"gpumem.torch: releasing idle private pools failed: "} + e.what());
   }
-  return destroy(std::move(idle_pools));
+  return trimmed + destroy(std::move(idle_pools));
 }
 
 namespace {
@@ -314,6 +327,12 @@ registration const pools_binding{binding_order::allocators, "torch_pools", [](py
     },
     "The private pools of CUDA graphs that gpumem holds for PyTorch: a list of dicts (device, id, use_count, "
     "capturing, live_blocks, held_frees, physical_bytes).");
+  m.def(
+    "_torch_release_idle_pools", [](int device) { return release_idle_pools(device); }, py::arg("device") = -1,
+    py::call_guard<py::gil_scoped_release>(),
+    "Gives back the memory of released private pools (torch.cuda.empty_cache does it too): pools without live "
+    "blocks go, the others give back their wholly free slabs; nothing while a capture is underway. Returns the "
+    "bytes given back. device < 0: every device.");
 }};
 
 }  // namespace

@@ -184,3 +184,39 @@ def test_without_a_capture_a_free_from_another_stream_returns_the_block_at_once(
     release(hooks, pool)
     release(hooks, pool)
     assert pool not in pools()
+
+
+def test_releasing_idle_pools_trims_a_released_pool_that_keeps_a_live_block(hooks):
+    s = cuda.Stream(non_blocking=True)
+    pool = (6, 1)
+    begin(hooks, pool)
+    big = alloc(hooks, s, pool, size=64 << 20)
+    small = alloc(hooks, s, pool)
+    end(hooks, pool)
+    free(hooks, big, s, size=64 << 20)
+    release(hooks, pool)
+    before = pools()[pool]["physical_bytes"]
+    assert gpumem._gpumem._torch_release_idle_pools(DEVICE) >= 32 << 20
+    assert 0 < pools()[pool]["physical_bytes"] <= before - (32 << 20)
+    free(hooks, small, s)
+    assert pool not in pools()
+    assert gpumem._gpumem._torch_release_idle_pools() == 0
+
+
+def test_a_pool_released_during_another_capture_goes_when_that_capture_ends(hooks):
+    s = cuda.Stream(non_blocking=True)
+    done, busy = (7, 1), (7, 2)
+    begin(hooks, done)
+    ptr = alloc(hooks, s, done)
+    end(hooks, done)
+    free(hooks, ptr, s)
+    begin(hooks, busy)
+    s.begin_capture(mode="global")
+    release(hooks, done)  # destroying it would synchronise the device: not during a global capture
+    assert gpumem._gpumem._torch_release_idle_pools() == 0
+    assert done in pools()
+    s.end_capture()
+    end(hooks, busy)
+    assert done not in pools()
+    release(hooks, busy)
+    assert busy not in pools()
