@@ -11,7 +11,11 @@
 // Configuration: `_gpumem._torch_record_stream_mode("order" | "error")` (GPUMEM_TORCH_ALLOC_CONF=record_stream:...)
 // makes record_stream order frees (the default) or refuse, for programs that want every cross-stream use explicit.
 //
-// Cost: record_stream takes one mutex, a size query of gpumem's pointer registry and a hash-map insert. A free with
+// A recorded stream must outlive the free of the block (PyTorch's streams live as long as the process); a block of a
+// private pool is accepted and nothing is recorded for it (torch_capture.hpp says why).
+//
+// Cost: record_stream takes one mutex, a size query of gpumem's pointer registry and a hash-map insert (and one
+// atomic load for the private pools' blocks, a lookup under their mutex when any is live). A free with
 // nothing recorded and nothing held back pays two atomic loads (recorded_count, held_count) and one for
 // capture_underway(); with recorded streams, the mutex, a hash-map erase, and per recorded stream other than the
 // allocation stream one event create + record + wait + destroy. One mutex serves: record_stream is rare next to
