@@ -85,7 +85,7 @@ gpumem_status pool_end(int device, pool_id pool) noexcept;
 gpumem_status pool_release(int device, pool_id pool) noexcept;
 
 /** @brief Gives back the memory of the private pools of `device` (< 0: all) that are released and hold no live
- * block; @return the bytes given back. Does nothing on a device that is capturing. */
+ * block; @return the bytes given back. Does nothing while a capture is underway. */
 std::size_t release_idle_pools(int device) noexcept;
 
 // ---- torch_streams.cpp --------------------------------------------------------------------------------------
@@ -95,8 +95,9 @@ gpumem_status record_stream(void* ptr, void* stream) noexcept;
 
 /**
  * @brief When streams were recorded for `ptr` (an allocation of pool (0, 0)): frees it on `stream` after their work
- * (or holds the free back while `stream` is capturing) and returns true, with the status in *status. Returns false
- * when none were recorded: the caller frees.
+ * (or holds the free back while `stream` or a recorded stream is capturing) and returns true, with the status in
+ * *status. While a capture is underway (pool_begin to pool_end) every (0, 0) free is held back so (true). Returns
+ * false otherwise: the caller frees.
  */
 bool free_after_recorded_streams(void* ptr, void* stream, gpumem_status* status) noexcept;
 

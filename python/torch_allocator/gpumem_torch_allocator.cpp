@@ -15,7 +15,19 @@
 //   void  gpumem_torch_record_stream(void* ptr, cudaStream_t stream)                 set_record_stream_fn
 //   void  gpumem_torch_empty_cache(void)                                              set_reset_fn
 //   void  gpumem_torch_set_memory_fraction(double fraction, int device)               set_memory_fraction_fn
+// and, built with PyTorch only (C++ types in the signature, exactly as PyTorch's setters expect them):
+//   void  gpumem_torch_begin_allocate_to_pool(int, MempoolId_t, std::function<bool(cudaStream_t)>)
+//                                                                                   set_begin_allocate_to_pool
+//   void  gpumem_torch_end_allocate_to_pool(int, MempoolId_t)                      set_end_allocate_to_pool_fn
+//   void  gpumem_torch_release_pool(int, MempoolId_t)                              set_release_pool
 // cudaStream_t is a pointer, so `void*` here is the same ABI, and the library needs no CUDA headers.
+//
+// CUDA graphs: PyTorch calls begin_allocate_to_pool before a capture (torch.cuda.graph) with the pool's id and a
+// filter that says which streams' allocations belong to the capture, end_allocate_to_pool after it, and
+// release_pool when the graph is reset. The library keeps those routes {device, pool id, filter} under a mutex, with
+// an atomic count of them: an allocation reads the count (one atomic load) and only when it is non-zero takes the
+// mutex, and the first route whose device matches and whose filter accepts the stream gives the private pool that
+// alloc2 allocates from. gpumem's side (torch_pools.cpp) keeps the pools themselves.
 //
 // Failure: PyTorch's CUDAPluggableAllocator::malloc does not check for NULL (it would hand out a tensor at
 // address 0), so when built with PyTorch's headers (GPUMEM_TORCH_ALLOCATOR_WITH_TORCH=1) an allocation that
@@ -30,6 +42,7 @@
 #include <atomic>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include <sys/types.h>  // ssize_t
 
@@ -39,6 +52,22 @@
 
 #if GPUMEM_TORCH_ALLOCATOR_WITH_TORCH
 #include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+struct CUstream_st;
+using gpumem_cuda_stream = CUstream_st*;                                      // cudaStream_t
+using gpumem_mempool_id = std::pair<unsigned long long, unsigned long long>;  // c10::cuda::MempoolId_t
+#if defined(GPUMEM_TORCH_ALLOCATOR_WITH_C10_CUDA) && __has_include(<c10/cuda/CUDAGraphsC10Utils.h>)
+#include <c10/cuda/CUDAGraphsC10Utils.h>  // CMake adds CUDA's headers, which c10/cuda needs: check the types
+static_assert(std::is_same_v<gpumem_mempool_id, c10::cuda::MempoolId_t>, "PyTorch's MempoolId_t changed");
+static_assert(std::is_same_v<gpumem_cuda_stream, cudaStream_t>, "cudaStream_t changed");
+#endif
 #endif
 
 #define GPUMEM_TORCH_ALLOCATOR_API extern "C" __attribute__((visibility("default")))
@@ -89,6 +118,37 @@ gpumem_allocator_hooks const* hooks_for(char const* what)
   return hooks;
 }
 
+#if GPUMEM_TORCH_ALLOCATOR_WITH_TORCH
+/** @brief An allocation route of a capture (see the file comment). */
+struct pool_route {
+  int device;
+  gpumem_mempool_id pool;
+  std::function<bool(gpumem_cuda_stream)> filter;
+};
+
+std::mutex routes_mutex;
+std::vector<pool_route> routes;    // guarded by routes_mutex; in the order begun
+std::atomic<int> route_count{0};  // routes.size()
+
+/** @brief The private pool an allocation on (device, stream) goes to: (0, 0) when no route takes it. */
+gpumem_mempool_id route_of(int device, void* stream)
+{
+  if (route_count.load(std::memory_order_acquire) == 0) { return {0, 0}; }
+  std::scoped_lock const lock{routes_mutex};
+  for (pool_route const& route : routes) {
+    if (route.device == device && route.filter(static_cast<gpumem_cuda_stream>(stream))) { return route.pool; }
+  }
+  return {0, 0};
+}
+
+/** @brief Throws c10::Error with gpumem's message when `status` failed. */
+void check_pool_call(gpumem_allocator_hooks const* hooks, gpumem_status status, char const* what)
+{
+  if (status != GPUMEM_SUCCESS) { report_failure(what, hooks->last_error()); }
+}
+
+#endif
+
 }  // namespace
 
 /**
@@ -131,7 +191,13 @@ GPUMEM_TORCH_ALLOCATOR_API void* gpumem_torch_alloc(ssize_t size, int device, vo
     return nullptr;
   }
   void* ptr = nullptr;
-  gpumem_status const status = hooks->alloc2(static_cast<size_t>(size), device, stream, 0, 0, &ptr);
+#if GPUMEM_TORCH_ALLOCATOR_WITH_TORCH
+  gpumem_mempool_id const pool = route_of(device, stream);
+#else
+  std::pair<unsigned long long, unsigned long long> const pool{0, 0};
+#endif
+  gpumem_status const status =
+    hooks->alloc2(static_cast<size_t>(size), device, stream, pool.first, pool.second, &ptr);
   if (status != GPUMEM_SUCCESS) {
     report_alloc_failure(status, size, device, hooks->last_error());
     return nullptr;
@@ -186,6 +252,55 @@ GPUMEM_TORCH_ALLOCATOR_API void gpumem_torch_record_stream(void* ptr, void* stre
     report_failure("Tensor.record_stream", hooks->last_error());
   }
 }
+
+#if GPUMEM_TORCH_ALLOCATOR_WITH_TORCH
+/**
+ * @brief PyTorch's begin_allocate_to_pool: from now on, allocations on `device` whose stream `filter` accepts come
+ * from private pool `pool` (made, or its use count raised). Throws c10::Error with gpumem's message on failure.
+ */
+GPUMEM_TORCH_ALLOCATOR_API void gpumem_torch_begin_allocate_to_pool(int device, gpumem_mempool_id pool,
+                                                                    std::function<bool(gpumem_cuda_stream)> filter)
+{
+  gpumem_allocator_hooks const* const hooks = hooks_for("begin_allocate_to_pool");
+  if (hooks == nullptr) { return; }
+  check_pool_call(hooks, hooks->pool_begin(device, pool.first, pool.second), "begin_allocate_to_pool");
+  try {
+    std::scoped_lock const lock{routes_mutex};
+    routes.push_back({device, pool, std::move(filter)});
+    route_count.store(static_cast<int>(routes.size()), std::memory_order_release);
+  } catch (...) {
+    (void)hooks->pool_end(device, pool.first, pool.second);
+    (void)hooks->pool_release(device, pool.first, pool.second);
+    throw;
+  }
+}
+
+/** @brief PyTorch's end_allocate_to_pool: the capture's route ends; frees held back during it are carried out. */
+GPUMEM_TORCH_ALLOCATOR_API void gpumem_torch_end_allocate_to_pool(int device, gpumem_mempool_id pool)
+{
+  gpumem_allocator_hooks const* const hooks = hooks_for("end_allocate_to_pool");
+  if (hooks == nullptr) { return; }
+  {
+    std::scoped_lock const lock{routes_mutex};
+    for (auto it = routes.begin(); it != routes.end(); ++it) {
+      if (it->device == device && it->pool == pool) {
+        routes.erase(it);
+        break;
+      }
+    }
+    route_count.store(static_cast<int>(routes.size()), std::memory_order_release);
+  }
+  check_pool_call(hooks, hooks->pool_end(device, pool.first, pool.second), "end_allocate_to_pool");
+}
+
+/** @brief PyTorch's release_pool (a graph's reset): the pool's use count drops; idle, it goes back to the device. */
+GPUMEM_TORCH_ALLOCATOR_API void gpumem_torch_release_pool(int device, gpumem_mempool_id pool)
+{
+  gpumem_allocator_hooks const* const hooks = hooks_for("release_pool");
+  if (hooks == nullptr) { return; }
+  check_pool_call(hooks, hooks->pool_release(device, pool.first, pool.second), "release_pool");
+}
+#endif
 
 /** @brief PyTorch's reset_fn (torch.cuda.empty_cache): gives the memory no tensor uses back to every device. */
 GPUMEM_TORCH_ALLOCATOR_API void gpumem_torch_empty_cache(void)

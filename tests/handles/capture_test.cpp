@@ -314,6 +314,38 @@ TEST_F(Capture, SynchronizingAnotherStreamDuringAGlobalCaptureIsRefusedAndInvali
   EXPECT_EQ(read(target_, quiet.value()), filled(0)) << "captured work never runs";
 }
 
+TEST_F(Capture, QueryingOrSynchronisingAnEventRecordedOutsideDuringAGlobalCaptureInvalidatesIt)
+{
+  // Querying or synchronising an event recorded outside the capture is a potentially unsafe call: under a
+  // global-mode capture CUDA refuses it from any thread and the capture cannot end (PyTorch's caching
+  // allocator defers its event queries while a capture is underway for this reason). The exact code is not
+  // documented; a relaxed capture allows both.
+  for (bool const query : {true, false}) {
+    SCOPED_TRACE(query ? "event_query" : "event_synchronize");
+    event outside;
+    outside.record(side_);
+    side_.synchronize();
+    backend().stream_begin_capture(origin_.value(), capture_mode::global);
+    backend().memset_async(target_, 0x12, bytes, origin_.value());
+    EXPECT_NE(error_of([&] {
+                if (query) {
+                  (void)outside.query();
+                } else {
+                  outside.synchronize();
+                }
+              }),
+              cudaSuccess);
+    EXPECT_NE(end_capture(origin_.value()), cudaSuccess) << "the unsafe call invalidated the global capture";
+  }
+  event outside;
+  outside.record(side_);
+  side_.synchronize();
+  backend().stream_begin_capture(origin_.value(), capture_mode::relaxed);
+  EXPECT_TRUE(outside.query());
+  outside.synchronize();
+  EXPECT_EQ(end_capture(origin_.value()), cudaSuccess);
+}
+
 TEST_F(Capture, AskingWhetherTheLegacyStreamCapturesIsAnErrorThatKeepsTheCapture)
 {
   // cudaStreamIsCapturing: on the legacy stream while a blocking stream of the context is captured it

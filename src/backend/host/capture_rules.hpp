@@ -9,7 +9,7 @@
 //   stream implicitly depends on those streams), whatever the mode and the calling thread;
 // - a device-wide synchronisation: every capture with a stream on that device, whatever the mode;
 // - a potentially unsafe call (cudaMalloc, cudaFree, synchronising or querying a stream that is not
-//   capturing, as CUDA refuses on a GPU): the calling thread's own captures not begun in relaxed mode, and
+//   capturing or an event not recorded in a capture, as CUDA refuses on a GPU): the calling thread's own captures not begun in relaxed mode, and
 //   other threads' captures begun in global mode. Every thread is in CUDA's default (global)
 //   thread mode: cudaThreadExchangeStreamCaptureMode is not offered.
 // Thread-safety: every member function may be called from any thread.

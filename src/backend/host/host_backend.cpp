@@ -465,6 +465,7 @@ class host_backend final : public backend {
   {
     event_record_state const state = latest_record(event);
     if (state.captured) { host::capture_rules::refuse_captured_event(*state.captured, "event_synchronize"); }
+    captures_.check_unsafe_call("event_synchronize");  // as cudaEventSynchronize: unsafe while a capture prohibits it
     if (state.last != nullptr) { state.last->wait(); }
   }
 
@@ -472,6 +473,7 @@ class host_backend final : public backend {
   {
     event_record_state const state = latest_record(event);
     if (state.captured) { host::capture_rules::refuse_captured_event(*state.captured, "event_query"); }
+    captures_.check_unsafe_call("event_query");  // as cudaEventQuery: unsafe while a capture prohibits it
     return state.last == nullptr || state.last->done();
   }
 
