@@ -45,8 +45,9 @@ command add_demo(CLI::App& gpumem);
 /// upstream and live bytes, their ratio, failures and unknown frees (docs/formats.md).
 command add_replay(CLI::App& gpumem);
 
-/// `gpumem report LOG [--resource a,b] [--simulate] [-o FILE]`: replays one log against resources and writes a
-/// self-contained HTML page with plots (report/html_report.hpp).
+/// `gpumem report LOG [--resource a,b] [--simulate] [--timeline FILE] [-o FILE]`: replays one log against resources
+/// and writes a self-contained HTML page with plots (report/html_report.hpp), and the program's allocation timeline
+/// when one is given.
 command add_report(CLI::App& gpumem);
 
 /// `gpumem bench [--workload LIST] [--resource LIST] [--repeat N] [--quick] [--csv]`: docs/benchmarks.md's
