@@ -63,8 +63,8 @@
 struct CUstream_st;
 using gpumem_cuda_stream = CUstream_st*;                                      // cudaStream_t
 using gpumem_mempool_id = std::pair<unsigned long long, unsigned long long>;  // c10::cuda::MempoolId_t
-#if defined(GPUMEM_TORCH_ALLOCATOR_WITH_C10_CUDA) && __has_include(<c10/cuda/CUDAGraphsC10Utils.h>)
-#include <c10/cuda/CUDAGraphsC10Utils.h>  // CMake adds CUDA's headers, which c10/cuda needs: check the types
+#if defined(GPUMEM_TORCH_ALLOCATOR_WITH_C10_CUDA) && __has_include(<c10/cuda/CUDACachingAllocator.h>)
+#include <c10/cuda/CUDACachingAllocator.h>  // CMake adds CUDA's headers, which c10/cuda needs: check the types
 static_assert(std::is_same_v<gpumem_mempool_id, c10::cuda::MempoolId_t>, "PyTorch's MempoolId_t changed");
 static_assert(std::is_same_v<gpumem_cuda_stream, cudaStream_t>, "cudaStream_t changed");
 #endif
