@@ -112,7 +112,7 @@ gpumem_status hook_alloc2(std::size_t size, int device, void* stream, std::uint6
                                : torch_hooks::pool_allocate(current, pool, size, stream, out);
     using action = torch_hooks::allocation_event::action;
     if (status == GPUMEM_SUCCESS) {
-      notify({action::alloc, *out, size, current, stream, pool});
+      if (*out != nullptr) { notify({action::alloc, *out, size, current, stream, pool}); }  // 0 bytes: no block
     } else if (is_out_of_memory(status)) {  // other failures (a bad device, a resource that cannot be built) are not
       notify({action::oom, nullptr, size, current, stream, pool});
     }

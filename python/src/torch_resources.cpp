@@ -158,10 +158,16 @@ std::vector<std::shared_ptr<device_memory_resource>> build_chain(torch_config co
       chain.push_back(std::make_shared<mr::vmm_pool_memory_resource>(options));
       break;
     }
-    case resource_kind::pool: {
-      chain.push_back(std::make_shared<mr::cuda_memory_resource>());
-      chain.push_back(std::make_shared<mr::pool_memory_resource>(chain.back().get(), config.initial_pool_size,
-                                                                 config.maximum_pool_size));
+    case resource_kind::pool: {  // the pool is the base; it owns its upstream, destroyed after it
+      auto upstream = std::make_shared<mr::cuda_memory_resource>();
+      auto pool = std::make_shared<mr::pool_memory_resource>(upstream.get(), config.initial_pool_size,
+                                                             config.maximum_pool_size);
+      mr::pool_memory_resource* const raw = pool.get();
+      chain.push_back(std::shared_ptr<device_memory_resource>(
+        raw, [pool = std::move(pool), upstream = std::move(upstream)](device_memory_resource*) mutable noexcept {
+          pool.reset();
+          upstream.reset();
+        }));
       break;
     }
     case resource_kind::async: chain.push_back(std::make_shared<mr::cuda_async_memory_resource>()); break;

@@ -88,6 +88,8 @@ def test_statistics_count_exactly_what_the_hooks_allocated_and_freed(hooks):
     gpumem.torch.configure("slab_size:2MiB,release_threshold:none")
     sizes = [1000, 3 * MiB, 256, 5]
     pointers = [alloc(hooks, size) for size in sizes]
+    status, none = hooks.alloc(0, 0)  # PyTorch asks for 0 bytes at times: no block, nothing counted
+    assert status == 0 and none is None
     free(hooks, pointers[1], sizes[1])
     free(hooks, pointers[3], sizes[3])
     stats = gpumem.torch.memory_stats(0)
@@ -230,6 +232,8 @@ def test_empty_cache_gives_free_slabs_back(hooks):
 def test_empty_cache_on_resources_that_keep_their_memory_releases_nothing(hooks):
     gpumem.torch.configure("resource:pool,initial_pool_size:4MiB")
     free(hooks, alloc(hooks, 1000), 1000)
+    stats = gpumem.torch.memory_stats(0)
+    assert stats["gpumem.resource"] == "pool" and stats["gpumem.pool_size"] >= 4 * MiB
     assert gpumem.torch.empty_cache() == 0
     assert hooks.empty_cache(1 << 20, None) != 0  # not a device gpumem.torch keeps state for
     assert "beyond" in hooks.error()
