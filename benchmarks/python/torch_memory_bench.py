@@ -126,6 +126,20 @@ def markdown(results: Dict[str, Dict[str, dict]], fits: Dict[str, Dict[str, int]
     return "\n".join(lines)
 
 
+def write(args, results, fits, budgets, steps) -> None:
+    """The results so far: --markdown's table and --json's rows (bench_record.py's python_bench input)."""
+    if args.markdown:
+        args.markdown.write_text(markdown(results, fits, budgets))
+    if args.json:  # the device and versions as the programs saw them (this process never touches the GPU)
+        first = next((row for by in results.values() for row in by.values()), {})
+        rows = [{"program": program, "allocator": label, **{k: row[k] for k in RECORDED},
+                 "largest_batch": fits.get(program, {}).get(label), "budget_bytes": budgets.get(program)}
+                for program, by in results.items() for label, row in by.items()]
+        args.json.write_text(json.dumps({"python": platform.python_version(), "backend": "cuda",
+                                         "device": first.get("device"), "torch": first.get("torch"),
+                                         "steps": steps, "results": rows}, indent=1))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--programs", default="train,generate")
@@ -156,6 +170,7 @@ def main(argv=None) -> int:
             if row is None:
                 raise SystemExit(f"torch_memory_bench: {program} ran out of memory with {label} without a budget")
             results[program][label] = row
+            write(args, results, fits, budgets, steps)  # after every run: a run cut short keeps what it measured
             print(f"{program:9s} {label:14s} {row['median_ms']:8.2f} ms  peak {row['peak_bytes'] / GiB:6.2f} GiB"
                   f"  (allocator's own: {row['allocator_peak_bytes']})", flush=True)
         fits[program] = {}
@@ -164,22 +179,12 @@ def main(argv=None) -> int:
             fits[program][label] = largest_fitting(
                 lambda batch: run_program(program, label, probe + ["--batch", str(batch)]) is not None,
                 start=FIT_START[program])
+            write(args, results, fits, budgets, steps)
             print(f"{program:9s} {label:14s} largest batch in {budgets[program] / GiB:g} GiB: {fits[program][label]}",
                   flush=True)
 
-    table = markdown(results, fits, budgets)
-    print(table)
-    if args.markdown:
-        args.markdown.write_text(table)
-    if args.json:
-        import torch
-
-        rows = [{"program": program, "allocator": label, **{k: row[k] for k in RECORDED},
-                 "largest_batch": fits.get(program, {}).get(label), "budget_bytes": budgets.get(program)}
-                for program, by in results.items() for label, row in by.items()]
-        args.json.write_text(json.dumps({"python": platform.python_version(), "backend": "cuda",
-                                         "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-                                         "steps": steps, "results": rows}, indent=1))
+    write(args, results, fits, budgets, steps)
+    print(markdown(results, fits, budgets))
     return 0
 
 

@@ -291,6 +291,8 @@ def main(argv=None) -> int:
     measured = times[args.warmup:] or times
     print(json.dumps({
         "program": args.program,
+        "device": torch.cuda.get_device_name(device),
+        "torch": torch.__version__,
         "allocator": described,
         "steps": len(times),
         "median_ms": statistics.median(measured) * 1e3,
