@@ -33,14 +33,15 @@ def allocate(hooks, stream):
     return ptr
 
 
-def gate_stream(stream):
-    """Blocks `stream` until the returned event is set (garbage collected first: see test_cuda.py's gate).
+# CUDA runs the host callbacks of every stream on one thread, so a callback that waits blocks the callbacks of the
+# other streams too, and a stream gated that way cannot be told from the others: the gated tests run on the host
+# backend (test_torch_gpu_streams.py holds a stream back with a kernel on the GPU).
+host_gates_only = pytest.mark.skipif(cuda.get_backend() == "cuda",
+                                     reason="a gate made of a host callback blocks every stream's callbacks on CUDA")
 
-    Host backend only: CUDA runs the host callbacks of every stream on one thread, so a callback that waits blocks
-    the callbacks of the other streams too, and the gated stream cannot be told from the others (the GPU tests,
-    test_torch_gpu_streams.py, hold a stream back with a kernel instead)."""
-    if cuda.get_backend() == "cuda":
-        pytest.skip("a gate made of a host callback blocks every stream's callbacks on CUDA")
+
+def gate_stream(stream):
+    """Blocks `stream` until the returned event is set (garbage collected first: see test_cuda.py's gate)."""
     gc.collect()
     gate = threading.Event()
     stream.add_callback(lambda s, status, arg: arg.wait(WAIT), gate)
@@ -66,15 +67,18 @@ def ran_after_free(hooks, record):
     return ran_early
 
 
+@host_gates_only
 def test_a_free_waits_for_the_work_of_a_recorded_stream(hooks):
     assert not ran_after_free(hooks, record=True)
 
 
+@host_gates_only
 def test_without_record_stream_the_free_does_not_wait(hooks):
     # The control: the test above fails without the feature.
     assert ran_after_free(hooks, record=False)
 
 
+@host_gates_only
 def test_recording_the_allocation_stream_or_twice_orders_nothing_more(hooks):
     s0, s1 = cuda.Stream(non_blocking=True), cuda.Stream(non_blocking=True)
     ptr = allocate(hooks, s0)
