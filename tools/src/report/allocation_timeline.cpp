@@ -5,7 +5,6 @@
 
 #include <charconv>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 #include <unordered_map>
 #include <utility>
@@ -174,9 +173,10 @@ allocation_timeline read_allocation_timeline(std::filesystem::path const& path)
 {
   std::ifstream in{path, std::ios::binary};
   if (!in) { throw logic_error(path.string() + ": cannot be read"); }
-  std::string const text{std::istreambuf_iterator<char>{in}, std::istreambuf_iterator<char>{}};
-  if (in.bad()) { throw logic_error(path.string() + ": cannot be read"); }
-  return parse_allocation_timeline(text, path.string());
+  std::ostringstream text;
+  text << in.rdbuf();  // (not istreambuf_iterator: GCC 12 reports a null dereference inside it at -O2)
+  if (in.bad() || text.bad()) { throw logic_error(path.string() + ": cannot be read"); }
+  return parse_allocation_timeline(text.str(), path.string());
 }
 
 }  // namespace gpumem
