@@ -149,6 +149,8 @@ def main(argv=None) -> int:
                         help="device memory for the largest-batch search, per program (PROGRAM:SIZE,...)")
     parser.add_argument("--steps", type=int, default=40, help="steps (train) or requests (generate) per run")
     parser.add_argument("--quick", action="store_true", help="fewer steps (for a time-limited machine)")
+    parser.add_argument("--warm-every-shape", action="store_true",
+                        help="each timed run first runs one short step of each shape of its schedule, untimed")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
@@ -166,7 +168,8 @@ def main(argv=None) -> int:
     for program in programs:
         results[program] = {}
         for label in labels:
-            row = run_program(program, label, ["--steps", str(steps[program]), "--warmup", str(WARMUP[program])])
+            timed = ["--steps", str(steps[program]), "--warmup", str(WARMUP[program])]
+            row = run_program(program, label, timed + (["--warm-every-shape"] if args.warm_every_shape else []))
             if row is None:
                 raise SystemExit(f"torch_memory_bench: {program} ran out of memory with {label} without a budget")
             results[program][label] = row

@@ -17,7 +17,8 @@ ALLOCATOR
 Prints one JSON object on stdout: the median and mean step time (ms, after the warm-up steps), the peak device
 memory the process used (bytes; sampled from the driver's cuMemGetInfo every 2 ms by a thread, minus the
 memory in use before the first tensor), the allocator's own peak where it reports one, and the steps run.
-`--batch` fixes the batch of every step (train) or request (generate) at the schedule's largest sequence, for the
+`--warm-every-shape` first runs one short step of each shape of the schedule, left out of the times, so that no
+measured step selects kernels for a new shape. `--batch` fixes the batch of every step (train) or request (generate) at the schedule's largest sequence, for the
 largest-batch search; `--ballast-to BYTES` first takes device memory with cudaMalloc until BYTES remain free, so
 that every allocator runs under the same budget. An out-of-memory error exits with status 3.
 Weights are random (no downloads); the programs need only torch.
@@ -209,12 +210,12 @@ def train_schedule(steps: int, seed: int, batch: int | None):
     return [(rng.choice([4, 6, 8, 12, 16]), rng.choice([256, 384, 512, 768, 1024])) for _ in range(steps)]
 
 
-def run_train(steps: int, seed: int, batch: int | None):
+def run_train(schedule, seed: int):
     torch.manual_seed(seed)
     model = Decoder(layers=12, width=1024, heads=16, vocab=VOCAB, context=1024).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     times = []
-    for b, t in train_schedule(steps, seed, batch):
+    for b, t in schedule:
         tokens = torch.randint(0, VOCAB, (b, t + 1), device="cuda")
         torch.cuda.synchronize()
         start = time.perf_counter()
@@ -241,11 +242,11 @@ def generate_schedule(requests: int, seed: int, batch: int | None):
 
 
 @torch.inference_mode()
-def run_generate(requests: int, seed: int, batch: int | None):
+def run_generate(schedule, seed: int):
     torch.manual_seed(seed)
     model = Decoder(layers=16, width=1024, heads=16, vocab=VOCAB, context=1024).cuda().to(torch.bfloat16)
     times = []
-    for b, prompt, new in generate_schedule(requests, seed, batch):
+    for b, prompt, new in schedule:
         tokens = torch.randint(0, VOCAB, (b, prompt), device="cuda")
         caches = [[None, None] for _ in model.blocks]
         torch.cuda.synchronize()
@@ -260,7 +261,17 @@ def run_generate(requests: int, seed: int, batch: int | None):
     return times
 
 
-PROGRAMS = {"train": run_train, "generate": run_generate}
+PROGRAMS = {"train": (run_train, train_schedule), "generate": (run_generate, generate_schedule)}
+
+
+def warm_every_shape(schedule):
+    """One short step for each distinct shape of `schedule`, in the order they first appear: run first, so that
+    the kernel selection of every shape happens before the measured steps (a generation request of each batch and
+    prompt length generates 2 tokens)."""
+    shapes = list(dict.fromkeys(step[:2] for step in schedule))
+    if schedule and len(schedule[0]) == 3:  # generation: (batch, prompt, new tokens)
+        return [shape + (2,) for shape in shapes]
+    return shapes
 
 
 def main(argv=None) -> int:
@@ -269,6 +280,8 @@ def main(argv=None) -> int:
     parser.add_argument("allocator")
     parser.add_argument("--steps", type=int, default=30, help="steps (train) or requests (generate)")
     parser.add_argument("--warmup", type=int, default=5, help="first steps left out of the times")
+    parser.add_argument("--warm-every-shape", action="store_true",
+                        help="before the schedule, one step of each of its shapes, left out of the times")
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--ballast-to", type=int, default=None, help="leave only this many bytes free first")
     parser.add_argument("--seed", type=int, default=7)
@@ -284,7 +297,10 @@ def main(argv=None) -> int:
     baseline = driver.used()
     try:
         with PeakSampler(driver) as sampler:
-            times = PROGRAMS[args.program](args.steps, args.seed, args.batch)
+            run, make_schedule = PROGRAMS[args.program]
+            schedule = make_schedule(args.steps, args.seed, args.batch)
+            warm = warm_every_shape(schedule) if args.warm_every_shape else []
+            times = run(warm + schedule, args.seed)[len(warm):]
     except torch.OutOfMemoryError as error:
         print(json.dumps({"oom": True, "message": str(error).splitlines()[0][:300]}))
         return OOM_EXIT

@@ -50,3 +50,34 @@ def test_the_table_gives_ratios_to_pytorchs_default(bench):
     assert "| gpumem | 51.00 | 1.020 | 17.00 GiB | 0.850 | 11 |" in table
     assert "| pytorch | 50.00 | 1.000 | 20.00 GiB | 1.000 | 8 |" in table
     assert "largest batch in 16 GiB" in table
+
+
+@pytest.fixture
+def programs(monkeypatch):
+    """benchmarks/python/torch_programs.py with stand-ins for the parts of torch its import touches (the schedule
+    helpers under test need none of it)."""
+    import sys
+    import types
+
+    torch = types.ModuleType("torch")
+    torch.nn = types.ModuleType("torch.nn")
+    torch.nn.Module = object
+    torch.nn.functional = types.ModuleType("torch.nn.functional")
+    torch.inference_mode = lambda: (lambda function: function)
+    for name, module in {"torch": torch, "torch.nn": torch.nn, "torch.nn.functional": torch.nn.functional}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    spec = importlib.util.spec_from_file_location("torch_programs", DRIVER.with_name("torch_programs.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_warming_every_shape_runs_each_shape_of_the_schedule_once_in_order(programs):
+    schedule = programs.train_schedule(40, 7, None)
+    warm = programs.warm_every_shape(schedule)
+    assert len(warm) == len(set(warm)) and set(warm) == set(schedule)
+    assert warm[0] == schedule[0]
+    requests = programs.generate_schedule(10, 7, None)
+    warm = programs.warm_every_shape(requests)
+    assert {w[:2] for w in warm} == {r[:2] for r in requests} and all(w[2] == 2 for w in warm)
+    assert programs.warm_every_shape(programs.train_schedule(3, 7, 16)) == [(16, 1024)]
