@@ -1,6 +1,7 @@
 // Replaying an allocation log (replay.hpp): rows are read in batches; the planner (replay_plan.hpp) turns
-// each batch into operations on slots, outside the timed part; the timed loop walks them. Memory: one
-// batch, the planner's live blocks and streams, and one table entry per slot in use.
+// each batch into operations on slots, outside the timed part; the timed loop walks them, on the calling
+// thread or, for replay_options::threads != 1, on worker threads (replay_threads.hpp). Memory: one batch,
+// the planner's live blocks, streams and thread ids, and one table entry per slot in use.
 #include <gpumem/replay/replay.hpp>
 
 #include "replay/replay_execute.hpp"
