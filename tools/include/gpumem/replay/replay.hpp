@@ -43,9 +43,15 @@
  *   the wait is counted in `cross_thread_waits`. Waits are never inside a resource call. The slot a freed block
  *   leaves is reused first by the same worker's allocations; only when a worker has none of its own does it
  *   reuse another's, the longest free, which may wait too (counted likewise) if that free has not yet run.
- * - A failed allocation's later free is skipped on whichever worker frees it; every count (allocations,
- *   frees, failures, unknown frees, live at end) and the peak live bytes are those of the single-threaded
- *   replay of the same log; peak upstream bytes are the resource's under the concurrent load.
+ * - Per operation, the timed loop adds to the single-threaded one a release store of the slot's count (a
+ *   plain store on x86-64), and, where the slot's previous operation ran on another worker, an acquire load
+ *   (and the wait, if that operation has not run yet). The slots stay bounded: the log's live blocks plus
+ *   at most 256 slots kept free per worker.
+ * - A failed allocation's later free is skipped on whichever worker frees it. The counts (allocations,
+ *   frees, unknown frees, lost frees, live at end, `allocate failure` rows) and the peak live bytes are those
+ *   of the single-threaded replay of the same log; so are `failures` where the resource has room for the log
+ *   (an out-of-memory depends on what else is live at that moment, and so on how the workers interleave).
+ *   Peak upstream bytes are the resource's under the concurrent load, and vary from run to run likewise.
  * - ns_per_op is the wall time of the concurrent timed loop (from the workers' release to the last one's
  *   finish, summed over the batches) / operations: "wall ns per op", which falls as workers run in
  *   parallel and includes the time a worker waits for another and the barrier at each batch's end.
