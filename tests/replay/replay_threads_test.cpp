@@ -2,8 +2,10 @@
 // threads and cross-thread frees are those of the single-threaded replay for any number of workers; frees
 // that cross threads wait for their allocation; failures and their frees on other threads; the refusals
 // (too many threads, a timeline, a resource declared not thread-safe); an error of the resource on a worker;
+// the planner's lanes and its slots, bounded when one thread frees what another allocates;
 // and a real two-thread log (data/logs/pytorch_unet_train.csv.gz) on a pool over a simulated upstream.
 #include "replay/log_files.hpp"
+#include "replay/replay_plan.hpp"
 
 #include <gpumem/error.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
@@ -219,6 +221,34 @@ TEST(replay_threads, refuses_too_many_threads_a_timeline_and_a_resource_declared
     EXPECT_NE(std::string{e.what()}.find("the resource 'pool' is not thread-safe"), std::string::npos) << e.what();
   }
   EXPECT_EQ(replay(log, pool, {.threads = 0}).threads, 2U);
+}
+
+TEST(replay_threads, a_thread_that_frees_what_another_allocates_keeps_the_slot_table_bounded)
+{
+  // A producer (thread 1) and a consumer (thread 2): the consumer's lane gets every freed slot back, the
+  // producer's none; beyond lane_free_slots they are shared, so the table does not grow with the log.
+  constexpr std::size_t blocks = 100'000;
+  std::vector<log_event> events;
+  for (std::size_t i = 0; i < blocks; ++i) {
+    std::uintptr_t const pointer = 0x100000 + 0x100 * i;
+    events.push_back({.thread = 1, .action = log_action::allocate, .pointer = pointer, .size = 256});
+    events.push_back({.thread = 2, .action = log_action::free, .pointer = pointer, .size = 256});
+  }
+  detail::replay_planner planner{1, 4};
+  detail::replay_batch batch;
+  planner.plan(events, batch);
+  EXPECT_EQ(planner.lanes_used(), 2U) << "two log threads on two of the four lanes";
+  EXPECT_LE(planner.slot_count(), detail::replay_planner::lane_free_slots + 2);
+  ASSERT_EQ(batch.ops.size(), 2 * blocks);
+  ASSERT_EQ(batch.lanes.size(), batch.ops.size());
+  for (std::size_t i = 0; i < batch.ops.size(); ++i) {
+    ASSERT_EQ(batch.lanes[i], i % 2) << "operation " << i << ": on the lane of its row's thread";
+  }
+
+  detail::replay_planner one_lane{1};
+  one_lane.plan(events, batch);
+  EXPECT_TRUE(batch.lanes.empty()) << "a single-threaded plan records no lanes";
+  EXPECT_EQ(one_lane.slot_count(), 1U) << "one lane reuses its one slot";
 }
 
 /// Over a simulated upstream; its `fail_at`-th allocate call throws a cuda_error (a backend failure).
