@@ -254,7 +254,8 @@ TEST(replay_threads, a_thread_that_frees_what_another_allocates_keeps_the_slot_t
 /// Over a simulated upstream; its `fail_at`-th allocate call throws a cuda_error (a backend failure).
 class failing_resource final : public mr::device_memory_resource {
  public:
-  failing_resource(mr::simulated_memory_resource& upstream, std::size_t fail_at) : upstream_{upstream}, fail_at_{fail_at}
+  failing_resource(mr::simulated_memory_resource& upstream, std::size_t fail_at)
+    : upstream_{upstream}, fail_at_{fail_at}
   {
   }
 
