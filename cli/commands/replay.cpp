@@ -1,5 +1,5 @@
 // `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--slab-mib N] [--mapping-mib N] [--mapping-divisor N]
-// [--repeat N] [--csv]`:
+// [--repeat N] [--threads N] [--csv]`:
 // replays allocation logs against resources by name and prints one table per log (docs/formats.md). Each run
 // streams the log (a pipe or standard input is copied on its first pass when there are more runs). The
 // reading, the replay and the resources are the library's (replay/log_source.hpp, replay/replay.hpp,
@@ -46,17 +46,23 @@ struct replay_command {
   bool simulate{false};
   bool csv{false};
   std::size_t repeats{1};                                     // --repeat: runs per resource, interleaved
+  std::size_t threads{1};                                     // --threads: replay_options::threads
   std::size_t vmm_slab_mib{32};                               // --slab-mib: the vmm resource's slab size
   std::optional<std::size_t> vmm_max_mapping_mib{};           // --mapping-mib: its largest new mapping
   std::size_t vmm_mapping_divisor{registry::resource_options{}.vmm_mapping_divisor};  // --mapping-divisor: 1/N of the pool
 };
 
-/// The replay table's columns (the range column only for several runs).
-text_table replay_table(std::size_t repeats)
+/// The replay table's columns (the range column only for several runs; the workers and their waits only for
+/// a replay on several threads).
+text_table replay_table(std::size_t repeats, std::size_t threads)
 {
   std::vector<text_column> columns{{"resource", 11, true}, {"ns/op", 9}, {"peak upstream", 14}, {"peak live", 12},
                                    {"ratio", 8},           {"failures", 9}, {"unknown frees", 14}};
   if (repeats > 1) { columns.push_back({"ns/op min - max", 21}); }
+  if (threads != 1) {
+    columns.push_back({"threads", 8});
+    columns.push_back({"waits", 10});
+  }
   return text_table{std::move(columns)};
 }
 
@@ -79,10 +85,11 @@ int run_replay(replay_command const& c, std::ostream& out)
     c.vmm_max_mapping_mib ? std::optional<std::size_t>{*c.vmm_max_mapping_mib << 20} : std::nullopt;
   if (c.csv) {
     out << "log,resource,ops,ns_per_op,peak_upstream_bytes,peak_live_bytes,ratio,failures,unknown_frees,"
-           "log_failures,log_failures_reproduced,reserves_upfront,runs,ns_per_op_min,ns_per_op_max\n";
+           "log_failures,log_failures_reproduced,reserves_upfront,runs,ns_per_op_min,ns_per_op_max,threads,"
+           "cross_thread_waits\n";
   }
   library_log_summary library_log;
-  text_table const table = replay_table(c.repeats);
+  text_table const table = replay_table(c.repeats, c.threads);
   std::size_t const device_bytes = c.simulate ? 0 : current_device_memory_bytes();
   for (std::string const& path : c.logs) {
     log_source source{path, c.resources.size() * c.repeats > 1 ? log_passes::many : log_passes::one};
@@ -101,7 +108,7 @@ int run_replay(replay_command const& c, std::ostream& out)
           source.name() + " on " + name + (c.repeats > 1 ? " (run " + std::to_string(run + 1) + ")" : "");
         progress_bar progress{label};
         allocation_log_reader log = source.open();
-        runs[i].push_back(replay(log, r, {.progress = progress.callback()}));
+        runs[i].push_back(replay(log, r, {.progress = progress.callback(), .threads = c.threads}));
         progress.clear();
         // A peak above the device: one note as soon as the first run shows it, instead of a summary of
         // each run's out-of-memory warnings.
@@ -120,7 +127,8 @@ int run_replay(replay_command const& c, std::ostream& out)
     if (!c.csv) {
       out << "log: " << source.name() << " (" << any.events << " events, peak live "
           << compact_bytes(any.peak_live_bytes) << (c.simulate ? "; simulated upstream" : "")
-          << (c.repeats > 1 ? "; ns/op: median of " + std::to_string(c.repeats) + " runs, taking turns" : "") << ")\n";
+          << (c.repeats > 1 ? "; ns/op: median of " + std::to_string(c.repeats) + " runs, taking turns" : "")
+          << (c.threads != 1 ? "; its threads replayed concurrently, ns/op: wall time / ops" : "") << ")\n";
     }
     if (!c.csv) { out << table.header(); }
     bool any_upfront = false;
@@ -136,7 +144,7 @@ int run_replay(replay_command const& c, std::ostream& out)
             << std::setprecision(4) << result.fragmentation.value_or(0.0) << ',' << result.failures << ','
             << result.unknown_frees << ',' << result.log_failures << ',' << result.log_failures_reproduced << ','
             << (upfront[i] ? 1 : 0) << ',' << c.repeats << ',' << std::setprecision(1) << t.min << ',' << t.max
-            << '\n';
+            << ',' << result.threads << ',' << result.cross_thread_waits << '\n';
       } else {
         std::string const ratio = result.fragmentation
                                     ? fit_number(*result.fragmentation, 3, upfront[i] ? 7 : 8) + (upfront[i] ? "*" : "")
@@ -149,6 +157,10 @@ int run_replay(replay_command const& c, std::ostream& out)
                                        fit_number(static_cast<double>(result.failures), 0, 9),
                                        fit_number(static_cast<double>(result.unknown_frees), 0, 14)};
         if (c.repeats > 1) { cells.push_back(fit_number(t.min, 1, 9) + " - " + fit_number(t.max, 1, 9)); }
+        if (c.threads != 1) {
+          cells.push_back(fit_number(static_cast<double>(result.threads), 0, 8));
+          cells.push_back(fit_number(static_cast<double>(result.cross_thread_waits), 0, 10));
+        }
         out << table.row(cells);
       }
       out.flush();
@@ -179,6 +191,13 @@ command add_replay(CLI::App& gpumem)
   parser->add_option("--repeat", c->repeats, "runs per resource, taking turns; ns/op is their median (default 1)")
     ->type_name("N")
     ->check(whole_number(1, 1000, "needs an integer in [1, 1000]"));
+  parser
+    ->add_option("--threads", c->threads,
+                 "replay the log's threads concurrently on N worker threads (0: one per log thread, up to " +
+                   std::to_string(max_replay_threads) + "; default 1: in log order on one thread)")
+    ->type_name("N")
+    ->check(whole_number(0, max_replay_threads,
+                         "needs an integer in [0, " + std::to_string(max_replay_threads) + "]"));
   parser->add_flag("--csv", c->csv, "print CSV instead of a table (docs/formats.md)");
   std::string const mib_requirement = "takes a whole number of MiB from 1 to " + std::to_string(max_mib);
   parser->add_option("--slab-mib", c->vmm_slab_mib, "the vmm pool's slab size in MiB (default 32)")

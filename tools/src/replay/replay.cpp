@@ -1,9 +1,12 @@
 // Replaying an allocation log (replay.hpp): rows are read in batches; the planner (replay_plan.hpp) turns
-// each batch into operations on slots, outside the timed part; the timed loop walks them. Memory: one
-// batch, the planner's live blocks and streams, and one table entry per slot in use.
+// each batch into operations on slots, outside the timed part; the timed loop walks them, on the calling
+// thread or, for replay_options::threads != 1, on worker threads (replay_threads.hpp). Memory: one batch,
+// the planner's live blocks, streams and thread ids, and one table entry per slot in use.
 #include <gpumem/replay/replay.hpp>
 
+#include "replay/replay_execute.hpp"
 #include "replay/replay_plan.hpp"
+#include "replay/replay_threads.hpp"
 
 #include <gpumem/error.hpp>
 
@@ -71,9 +74,6 @@ class memory_batches final : public row_batches {
   std::size_t done_{0};
 };
 
-/// The address that marks a slot whose allocation this resource failed (never dereferenced).
-char failed_marker;
-
 /// Runs operations against the resource and keeps what it holds, per slot.
 class executor {
  public:
@@ -89,74 +89,20 @@ class executor {
 
   void execute(replay_op const& o)
   {
-    cuda_stream_view const stream = planner_.stream(o.stream);
-    switch (o.kind) {
-      case replay_op_kind::allocate:
-        ++allocations;
-        try {
-          slots_[o.slot] = {resource_.allocate(o.size, stream), o.size, o.stream};
-          live_bytes += o.size;
-        } catch (bad_alloc const&) {
-          ++failures;
-          slots_[o.slot] = {failed(), 0, 0};
-        }
-        break;
-      case replay_op_kind::deallocate: {
-        held const block = std::exchange(slots_[o.slot], held{});
-        if (block.pointer == failed()) {
-          ++skipped;
-          break;
-        }
-        ++deallocations;
-        live_bytes -= block.size;
-        resource_.deallocate(block.pointer, block.size, stream);
-        break;
-      }
-      case replay_op_kind::probe_failure:
-        ++allocations;
-        try {
-          void* const ptr = resource_.allocate(o.size, stream);
-          ++deallocations;
-          resource_.deallocate(ptr, o.size, stream);
-        } catch (bad_alloc const&) {
-          ++failures;
-          ++reproduced;
-        }
-        break;
-    }
+    detail::execute_replay_op(resource_, planner_.stream(o.stream), o, slots_.data(), counts);
   }
 
   /// Frees every block still held, on the stream it was allocated on: after the last row, and on the way
   /// out of an exception. Uses what the executor itself holds, not the planner's tables, which may be a
   /// batch ahead.
-  void release_all() noexcept
-  {
-    for (held& block : slots_) {
-      if (block.pointer != nullptr && block.pointer != failed()) {
-        resource_.deallocate(block.pointer, block.size, planner_.stream(block.stream));
-      }
-      block = {};
-    }
-  }
+  void release_all() noexcept { detail::release_held(resource_, planner_, slots_); }
 
-  std::size_t allocations{0};
-  std::size_t deallocations{0};
-  std::size_t failures{0};
-  std::size_t reproduced{0};
-  std::size_t skipped{0};
-  std::size_t live_bytes{0};  // what the replay holds from the resource (kept only for timelines)
+  detail::replay_counts counts;
 
  private:
-  struct held {
-    void* pointer{nullptr};
-    std::size_t size{0};
-    std::uint32_t stream{0};
-  };
-  [[nodiscard]] static void* failed() noexcept { return &failed_marker; }
-
   mr::device_memory_resource& resource_;
   replay_planner const& planner_;
-  std::vector<held> slots_;
+  std::vector<detail::replay_held> slots_;
 };
 
 /// Keeps samples evenly spaced over a replay of unknown length: every `stride_`-th operation, the stride
@@ -217,11 +163,19 @@ class progress_reporter {
   double last_{0.0};
 };
 
-replay_result run_replay(row_batches& rows, mr::device_memory_resource& resource, replay_options const& options)
+/// What running the planned batches gave: the counts, the timed wall time, the workers and their waits.
+struct replay_run {
+  detail::replay_counts counts;
+  std::chrono::steady_clock::duration elapsed{};
+  std::size_t threads{1};
+  std::size_t waits{0};
+};
+
+/// The single-threaded replay: the calling thread runs every operation, in log order.
+replay_run run_in_order(row_batches& rows, mr::device_memory_resource& resource, replay_options const& options,
+                        replay_planner& planner, progress_reporter& progress)
 {
-  replay_planner planner{options.max_streams};
   executor run{resource, planner};
-  progress_reporter progress{options};
   replay_batch batch;
   // Reads and plans the next batch, untimed. @return false at the end of the log.
   auto const next_batch = [&] {
@@ -249,7 +203,7 @@ replay_result run_replay(row_batches& rows, mr::device_memory_resource& resource
       timeline = {};
       timeline_sampler sampler{timeline.samples, options.timeline_samples};
       auto const sample = [&](std::size_t op, std::int64_t time) {
-        return replay_timeline::sample{op, time, run.live_bytes,
+        return replay_timeline::sample{op, time, run.counts.live_bytes,
                                        options.upstream_bytes ? options.upstream_bytes() : std::size_t{0}};
       };
       std::int64_t last_time = 0;
@@ -276,6 +230,41 @@ replay_result run_replay(row_batches& rows, mr::device_memory_resource& resource
     throw;
   }
   run.release_all();
+  return {run.counts, elapsed, 1, 0};
+}
+
+/// The replay on several threads (replay_threads.hpp): each batch planned by lane, then run by all workers
+/// at once; the next batch is read once every worker has finished this one.
+replay_run run_on_threads(row_batches& rows, mr::device_memory_resource& resource, replay_options const& options,
+                          replay_planner& planner, progress_reporter& progress)
+{
+  detail::replay_workers workers{resource, planner};
+  replay_batch batch;
+  std::chrono::steady_clock::duration elapsed{};
+  try {
+    for (std::span<log_event const> events = rows.next(); !events.empty(); events = rows.next()) {
+      if (options.on_rows) { options.on_rows(events); }
+      planner.plan(events, batch);
+      workers.prepare(batch, planner.slot_count(), planner.lanes_used());
+      elapsed += workers.run();
+      progress.update(rows.fraction_read());
+    }
+  } catch (...) {
+    workers.release_all();
+    throw;
+  }
+  workers.release_all();
+  return {workers.counts(), elapsed, workers.workers(), workers.waits()};
+}
+
+replay_result run_replay(row_batches& rows, mr::device_memory_resource& resource, replay_options const& options)
+{
+  if (options.threads != 1) { detail::check_replay_threads(options, detail::resource_type_name(resource)); }
+  std::size_t const lanes = options.threads == 0 ? max_replay_threads : options.threads;
+  replay_planner planner{options.max_streams, lanes};
+  progress_reporter progress{options};
+  replay_run const run = lanes == 1 ? run_in_order(rows, resource, options, planner, progress)
+                                    : run_on_threads(rows, resource, options, planner, progress);
   progress.finish();
 
   replay_result result;
@@ -286,13 +275,16 @@ replay_result run_replay(row_batches& rows, mr::device_memory_resource& resource
   result.log_failures = planner.log_failures();
   result.streams = planner.stream_ids();
   result.live_at_end = planner.live_blocks();
-  result.allocations = run.allocations;
-  result.deallocations = run.deallocations;
-  result.ops = run.allocations + run.deallocations;
-  result.failures = run.failures;
-  result.log_failures_reproduced = run.reproduced;
-  result.skipped_frees = run.skipped;
-  result.elapsed_ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count());
+  detail::replay_counts const& counts = run.counts;
+  result.threads = run.threads;
+  result.cross_thread_waits = run.waits;
+  result.allocations = counts.allocations;
+  result.deallocations = counts.deallocations;
+  result.ops = counts.allocations + counts.deallocations;
+  result.failures = counts.failures;
+  result.log_failures_reproduced = counts.reproduced;
+  result.skipped_frees = counts.skipped;
+  result.elapsed_ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(run.elapsed).count());
   result.ns_per_op = result.ops == 0 ? 0.0 : result.elapsed_ns / static_cast<double>(result.ops);
   if (options.peak_upstream_bytes) {
     result.peak_upstream_bytes = options.peak_upstream_bytes();
@@ -334,11 +326,13 @@ replay_options with_probes(registry::resource_handle& resource, replay_options o
 
 replay_result replay(allocation_log_reader& log, registry::resource_handle& resource, replay_options options)
 {
+  detail::check_replay_threads(options, resource.name());
   return replay(log, resource.get(), with_probes(resource, std::move(options)));
 }
 
 replay_result replay(allocation_log const& log, registry::resource_handle& resource, replay_options options)
 {
+  detail::check_replay_threads(options, resource.name());
   return replay(log, resource.get(), with_probes(resource, std::move(options)));
 }
 

@@ -1,8 +1,10 @@
 /**
  * @file replay.hpp
  * Replays an allocation log (allocation_log.hpp) against a device memory resource, single-threaded and in
- * log order, and reports the time per operation and how much memory the resource took to serve it
- * (docs/formats.md describes the result's fields; docs/benchmarks.md's `replay/<log>` workload).
+ * log order, or with the log's threads replayed concurrently as recorded (replay_options::threads; see
+ * "Replay on several threads" below), and reports the time per operation and how much memory the resource
+ * took to serve it (docs/formats.md describes the result's fields; docs/benchmarks.md's `replay/<log>`
+ * workload).
  *
  * What the replay does with each row:
  * - `allocate`: allocate(size, stream). A failure of the resource (gpumem::bad_alloc, including
@@ -27,6 +29,36 @@
  * blocks and its stream ids, never by its length (a slot is reused once its block is freed): a log of any
  * length replays from allocation_log_reader (log_reader.hpp) or from a log_source (log_source.hpp).
  * Memory is never touched (no memset, no copy), so a resource over a simulated upstream replays safely.
+ *
+ * Replay on several threads (replay_options::threads != 1):
+ * - The log's thread ids (its Thread column) map onto worker threads, round robin in the order the ids
+ *   first appear (threads = 0: one worker per log thread, up to max_replay_threads); workers are started
+ *   outside the timed loop as the log shows more threads, so a log of one thread has one worker. Each worker
+ *   replays its threads' rows in log order, on the streams the rows name (the mapping above, shared by all).
+ * - Each batch is planned as above, split by worker, and run by all workers at once; the next batch is read
+ *   once every worker has finished (a barrier), so memory stays bounded as above.
+ * - A block allocated on one worker and freed on another (a cross-thread free, or the free of a lost-free
+ *   block at another thread's allocation) is freed only after its allocation ran: the freeing worker waits
+ *   for it (each slot counts the operations done on it; the waiting worker spins briefly, then yields) and
+ *   the wait is counted in `cross_thread_waits`. Waits are never inside a resource call. The slot a freed block
+ *   leaves is reused first by the same worker's allocations; only when a worker has none of its own does it
+ *   reuse another's, the longest free, which may wait too (counted likewise) if that free has not yet run.
+ * - Per operation, the timed loop adds to the single-threaded one a release store of the slot's count (a
+ *   plain store on x86-64), and, where the slot's previous operation ran on another worker, an acquire load
+ *   (and the wait, if that operation has not run yet). The slots stay bounded: the log's live blocks plus
+ *   at most 256 slots kept free per worker.
+ * - A failed allocation's later free is skipped on whichever worker frees it. The counts (allocations,
+ *   frees, unknown frees, lost frees, live at end, `allocate failure` rows) and the peak live bytes are those
+ *   of the single-threaded replay of the same log; so are `failures` where the resource has room for the log
+ *   (an out-of-memory depends on what else is live at that moment, and so on how the workers interleave).
+ *   Peak upstream bytes are the resource's under the concurrent load, and vary from run to run likewise.
+ * - ns_per_op is the wall time of the concurrent timed loop (from the workers' release to the last one's
+ *   finish, summed over the batches) / operations: "wall ns per op", which falls as workers run in
+ *   parallel and includes the time a worker waits for another and the barrier at each batch's end.
+ * - The resource must be thread-safe (all of gpumem's resources are: device_memory_resource.hpp). One that
+ *   is not, declared by replay_options::resource_thread_safe = false, is refused, not wrapped: a
+ *   thread_safe_resource_adaptor around it would measure its mutex, a choice for the caller to make.
+ * - A timeline (per-operation times and samples in log order) needs threads = 1.
  */
 #pragma once
 
@@ -72,6 +104,9 @@ struct replay_timeline {
   std::array<std::size_t, latency_buckets> latency_histogram{};
 };
 
+/** @brief The most worker threads a replay runs (replay_options::threads). */
+inline constexpr std::size_t max_replay_threads = 64;
+
 /** @brief How to replay. */
 struct replay_options {
   /**
@@ -108,6 +143,20 @@ struct replay_options {
    * call only.
    */
   std::function<void(std::span<log_event const>)> on_rows{};
+  /**
+   * @brief Worker threads that replay the log's threads concurrently (the file comment's "Replay on several
+   * threads"): 1 (the default) replays every row on the calling thread, in log order; N > 1 maps the log's
+   * thread ids onto at most N workers, round robin in the order they first appear; 0 gives each log thread
+   * its own worker, up to max_replay_threads. More than max_replay_threads is refused
+   * (gpumem::logic_error), as is a `timeline` with threads != 1.
+   */
+  std::size_t threads{1};
+  /**
+   * @brief Whether the resource may be called from several threads at once. All of gpumem's resources may;
+   * set false for one that may not, and a replay with threads != 1 is refused (gpumem::logic_error naming
+   * the resource) instead of racing. Unused with threads = 1.
+   */
+  bool resource_thread_safe{true};
 };
 
 /** @brief What a replay measured and counted (docs/formats.md, "The replay table"). */
@@ -131,20 +180,30 @@ struct replay_result {
   std::size_t missing_frees{};            ///< allocations at an address still live: the older block was freed first
   std::size_t live_at_end{};              ///< blocks still live after the last row, freed after the timed loop
   std::size_t streams{};                  ///< distinct stream ids in the log (counted up to 65536)
+  /// worker threads that replayed: 1 with replay_options::threads = 1; otherwise one per log thread, up to
+  /// the number asked for (0 for an empty log)
+  std::size_t threads{1};
+  /// operations that had to wait for another worker's operation on the same slot (a cross-thread free
+  /// waiting for its allocation, rarely an allocation waiting for the free of the slot it reuses); always
+  /// 0 with one thread. It depends on timing: two replays of one log may differ.
+  std::size_t cross_thread_waits{};
 };
 
 /**
  * @brief Replays the rows `log` has left against `resource` (see the file comment for what each row does),
  * reading them as it goes.
- * Thread-safety: runs on the calling thread; `resource` must not be used by others meanwhile, or the peak
- * it reports includes their allocations.
+ * Thread-safety: runs on the calling thread, or with options.threads != 1 on worker threads it starts and
+ * joins (the callbacks in `options` are called on the calling thread only); `resource` must not be used by
+ * others meanwhile, or the peak it reports includes their allocations.
  * Stream-ordering: every allocation and free is issued on the stream its row names (or the pool stream
- * its id maps onto); nothing is waited for.
+ * its id maps onto); nothing is waited for on a stream.
  * @post every block the replay allocated has been deallocated; `log` is at its end.
  * @throws gpumem::log_format_error when the log turns out malformed part way (every live block is freed
  *         first: the rows before the bad one were replayed).
  * @throws gpumem::cuda_error if a stream cannot be created or the resource reports a backend failure (every
  *         live block is freed first). An out-of-memory of the resource is counted, never thrown.
+ * @throws gpumem::logic_error before any row is read when options.threads is more than max_replay_threads,
+ *         comes with a timeline, or meets a resource declared not thread-safe (named by its type).
  */
 [[nodiscard]] GPUMEM_EXPORT replay_result replay(allocation_log_reader& log, mr::device_memory_resource& resource,
                                                  replay_options const& options = {});
@@ -158,7 +217,8 @@ struct replay_result {
 
 /**
  * @brief replay(log, resource.get(), options) with the peak upstream bytes (and, unless `options` has its
- * own, the current upstream bytes for a timeline) taken from the registered resource's handle.
+ * own, the current upstream bytes for a timeline) taken from the registered resource's handle; a refusal
+ * for options.threads names the resource by its registered name.
  * @throws as replay().
  */
 [[nodiscard]] replay_result replay(allocation_log_reader& log, registry::resource_handle& resource,
