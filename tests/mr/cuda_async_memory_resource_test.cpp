@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <thread>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -130,6 +131,26 @@ TEST(cuda_async_memory_resource, zero_release_threshold_returns_memory_at_synchr
   EXPECT_EQ(resource.usage().reserved_current, 0U);
   memory_info const after = detail::get_backend().mem_info(get_current_cuda_device().value());
   EXPECT_GE(after.free + 32 * mib, before.free) << "the memory did not go back to the device";
+}
+
+TEST(cuda_async_memory_resource, a_zero_threshold_keeps_completed_frees_until_a_synchronisation)
+{
+  if (!on_host_backend()) { GTEST_SKIP() << "the emulation's timing; CUDA documents the same rule"; }
+  // CUDA: memory beyond the release threshold goes back "on the next call to stream, event or context
+  // synchronize", never at a free; so a free's memory stays for the next allocation on its stream.
+  mr::cuda_async_memory_resource resource{std::nullopt, std::size_t{0}};
+  cuda_stream s;
+  void* a = resource.allocate(8 * mib, s);
+  void* b = resource.allocate(4 * mib, s);
+  resource.deallocate(a, 8 * mib, s);
+  while (!cuda_stream_view{s}.is_idle()) { std::this_thread::yield(); }  // a's free has completed: a query, no sync
+  resource.deallocate(b, 4 * mib, s);  // a free: releases nothing, though a's free completed and the threshold is 0
+  EXPECT_GE(resource.usage().reserved_current, 12 * mib);
+  void* again = resource.allocate(8 * mib, s);
+  EXPECT_EQ(again, a) << "a block freed on a stream is reused by that stream's next allocation";
+  resource.deallocate(again, 8 * mib, s);
+  s.synchronize();  // the synchronisation gives back what is beyond the threshold
+  EXPECT_EQ(resource.usage().reserved_current, 0U);
 }
 
 TEST(cuda_async_memory_resource, initial_pool_size_is_reserved_up_front)

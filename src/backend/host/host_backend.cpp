@@ -145,6 +145,7 @@ class host_backend final : public backend {
   {
     captures_.check_device_synchronize(current_device_);
     for (auto const& queue : queues_of_device(current_device_)) { queue->synchronize(); }
+    release_pools_over_threshold();
   }
   [[nodiscard]] std::vector<std::pair<std::string, int>> device_attributes(int device) override
   {
@@ -384,6 +385,7 @@ class host_backend final : public backend {
     captures_.refuse_if_capturing(*queue, "stream_synchronize", cudaErrorStreamCaptureUnsupported);
     captures_.check_unsafe_call("stream_synchronize");
     queue->synchronize();
+    release_pools_over_threshold();
   }
 
   [[nodiscard]] bool stream_query(cudaStream_t stream) override
@@ -467,6 +469,7 @@ class host_backend final : public backend {
     if (state.captured) { host::capture_rules::refuse_captured_event(*state.captured, "event_synchronize"); }
     captures_.check_unsafe_call("event_synchronize");  // as cudaEventSynchronize: unsafe while a capture prohibits it
     if (state.last != nullptr) { state.last->wait(); }
+    release_pools_over_threshold();
   }
 
   [[nodiscard]] bool event_query(cudaEvent_t event) override
@@ -706,6 +709,14 @@ class host_backend final : public backend {
     }
     if (!found) { fail(cudaErrorInvalidResourceHandle, "unknown stream handle"); }
     return found;
+  }
+
+  /// CUDA gives a pool's memory beyond its release threshold back at the next stream, event or device
+  /// synchronisation: every pool does so here.
+  void release_pools_over_threshold()
+  {
+    detail::lock_guard lock{registry_mutex_};
+    for (auto const& [handle, pool] : mempools_) { pool->release_over_threshold(); }
   }
 
   host::host_mempool& resolve(cudaMemPool_t pool)

@@ -74,10 +74,15 @@ bool host_mempool::free(void* ptr, void const* stream, completion_ptr done)
   live_.erase(it);
   usage_.used_current -= bytes;
   cached_.emplace(bytes, cached_block{ptr, bytes, stream, std::move(done)});
+  return true;  // released, if over the threshold, at the next synchronisation (release_over_threshold)
+}
+
+void host_mempool::release_over_threshold()
+{
+  detail::lock_guard lock{mutex_};
   if (usage_.reserved_current > release_threshold_) {
     release_completed(static_cast<std::size_t>(release_threshold_));
   }
-  return true;
 }
 
 bool host_mempool::owns(void* ptr)

@@ -2,8 +2,11 @@
 // - a block freed on stream S is reused at once by later allocations on S (stream order makes that safe),
 //   and by other streams only once the free has completed (its completion marker), as CUDA's default
 //   reuse policy allows;
-// - memory goes back to the device (the backend's capacity) only when the pool holds more than its
-//   release threshold, or on trim, and only blocks whose free has completed: nothing here blocks.
+// - memory goes back to the device (the backend's capacity) when the pool holds more than its release
+//   threshold at a synchronisation (stream, event or device: release_over_threshold, which the backend calls
+//   there, as CUDA releases "on the next call to stream, event or context synchronize"), on trim, or when the
+//   device is full; only blocks whose free has completed, and nothing here blocks. So a block freed on a stream
+//   is reused by that stream's next allocation whatever the threshold, until a synchronisation.
 // Blocks are reused whole (best fit up to twice the request), so bookkeeping stays simple; the pool's
 // purpose is the contract, not the packing.
 #pragma once
@@ -38,6 +41,8 @@ class host_mempool {
   [[nodiscard]] bool owns(void* ptr);
 
   void trim(std::size_t keep);
+  /// Gives back completed frees beyond the release threshold (called by the backend at every synchronisation).
+  void release_over_threshold();
   void set_release_threshold(std::uint64_t bytes);
   [[nodiscard]] std::uint64_t release_threshold();
   [[nodiscard]] mempool_usage usage();
