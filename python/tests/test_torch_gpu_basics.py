@@ -224,3 +224,31 @@ def test_python_m_gpumem_torch_check_says_the_library_matches(torch_gpu):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "built with PyTorch: yes, PyTorch " in done.stdout
     assert f"running PyTorch: {torch_gpu.__version__} (matches)" in done.stdout
+
+
+def test_unified_buffers_give_way_before_pytorch_fails(torch_gpu):
+    run("""
+        import numpy as np, torch, gpumem, gpumem.torch
+        gpumem.torch.install("slab_size:2MiB,memory_limit:512MiB,release_threshold:0")
+        first = torch.ones(1, device="cuda")  # builds the pool
+        pool = gpumem.torch.resource(0)
+        manager = gpumem.SpillManager(384 << 20, upstream=pool)
+        gpumem.torch.register_spill_manager(manager)
+        n = 16 << 20  # float64 elements: 128 MiB per buffer
+        buffers = []
+        for value in range(3):
+            buffer = gpumem.UnifiedBuffer(n, np.float64, spill=manager)
+            buffer.copy_from(np.full(n, value + 1.0))  # on the device only: a spill copies it back first
+            buffers.append(buffer)
+        assert manager.used_bytes == 3 * (128 << 20), manager.used_bytes
+        x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # over the limit unless two buffers spill
+        x.fill_(3)
+        assert int(x[-1].item()) == 3
+        stats = gpumem.torch.memory_stats()
+        assert stats["num_alloc_retries"] == 1 and stats["num_ooms"] == 0, stats
+        assert manager.statistics()["spills"] >= 2, manager.statistics()
+        del x
+        for value, buffer in enumerate(buffers):
+            assert np.array_equal(buffer.to_numpy(), np.full(n, value + 1.0)), value
+        print("ok")
+    """)
