@@ -21,7 +21,8 @@ memory in use before the first tensor), the allocator's own peak where it report
 measured step selects kernels for a new shape. `--batch` fixes the batch of every step (train) or request (generate) at the schedule's largest sequence, for the
 largest-batch search; `--ballast-to BYTES` first takes device memory with cudaMalloc until BYTES remain free, so
 that every allocator runs under the same budget. An out-of-memory error exits with status 3.
-Weights are random (no downloads); the programs need only torch.
+Weights are random (no downloads); the programs need only torch. The model is the GPT-style decoder of
+benchmarks/traces/pytorch_programs.py (the programs that recorded data/logs).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import threading
 import time
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 OOM_EXIT = 3
@@ -148,53 +148,21 @@ def allocator_peak(name: str):
         return None
 
 
-# ---- the models -----------------------------------------------------------------------------------------------
+# ---- the model ------------------------------------------------------------------------------------------------
 
 
-class Block(nn.Module):
-    def __init__(self, width: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.norm1 = nn.LayerNorm(width)
-        self.qkv = nn.Linear(width, 3 * width)
-        self.proj = nn.Linear(width, width)
-        self.norm2 = nn.LayerNorm(width)
-        self.up = nn.Linear(width, 4 * width)
-        self.down = nn.Linear(4 * width, width)
+def _traces_programs():
+    """benchmarks/traces/pytorch_programs.py, whose GPT-style decoder both programs use."""
+    import importlib.util
 
-    def attend(self, x, cache=None):
-        b, t, w = x.shape
-        q, k, v = self.qkv(self.norm1(x)).split(w, dim=2)
-        q, k, v = (y.view(b, t, self.heads, w // self.heads).transpose(1, 2) for y in (q, k, v))
-        if cache is not None:
-            if cache[0] is not None:
-                k = torch.cat([cache[0], k], dim=2)
-                v = torch.cat([cache[1], v], dim=2)
-            cache[0], cache[1] = k, v
-        causal = cache is None or t > 1
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-        return self.proj(y.transpose(1, 2).reshape(b, t, w))
-
-    def forward(self, x, cache=None):
-        x = x + self.attend(x, cache)
-        return x + self.down(F.gelu(self.up(self.norm2(x))))
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "traces", "pytorch_programs.py")
+    spec = importlib.util.spec_from_file_location("pytorch_programs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-class Decoder(nn.Module):
-    def __init__(self, layers: int, width: int, heads: int, vocab: int, context: int):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, width)
-        self.position = nn.Embedding(context, width)
-        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
-        self.norm = nn.LayerNorm(width)
-        self.head = nn.Linear(width, vocab, bias=False)
-
-    def forward(self, tokens, start=0, caches=None):
-        positions = torch.arange(start, start + tokens.shape[1], device=tokens.device)
-        x = self.embed(tokens) + self.position(positions)
-        for i, block in enumerate(self.blocks):
-            x = block(x, None if caches is None else caches[i])
-        return self.head(self.norm(x))
+gpt = _traces_programs().gpt
 
 
 # ---- the programs ---------------------------------------------------------------------------------------------
@@ -212,7 +180,7 @@ def train_schedule(steps: int, seed: int, batch: int | None):
 
 def run_train(schedule, seed: int):
     torch.manual_seed(seed)
-    model = Decoder(layers=12, width=1024, heads=16, vocab=VOCAB, context=1024).cuda()
+    model = gpt(torch, VOCAB, d=1024, layers=12, heads=16, max_seq=1024).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     times = []
     for b, t in schedule:
@@ -244,17 +212,17 @@ def generate_schedule(requests: int, seed: int, batch: int | None):
 @torch.inference_mode()
 def run_generate(schedule, seed: int):
     torch.manual_seed(seed)
-    model = Decoder(layers=16, width=1024, heads=16, vocab=VOCAB, context=1024).cuda().to(torch.bfloat16)
+    model = gpt(torch, VOCAB, d=1024, layers=16, heads=16, max_seq=1024).cuda().to(torch.bfloat16)
     times = []
     for b, prompt, new in schedule:
         tokens = torch.randint(0, VOCAB, (b, prompt), device="cuda")
-        caches = [[None, None] for _ in model.blocks]
+        caches = [{} for _ in model.blocks]
         torch.cuda.synchronize()
         start = time.perf_counter()
-        logits = model(tokens, 0, caches)
+        logits = model(tokens, caches, 0)
         for position in range(prompt, prompt + new):
             next_token = logits[:, -1:].argmax(dim=-1)
-            logits = model(next_token, position, caches)
+            logits = model(next_token, caches, position)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - start) / new)  # per generated token
         del caches, logits

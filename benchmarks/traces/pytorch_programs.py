@@ -31,7 +31,9 @@ import sys
 import time
 
 
-def _gpt(torch, vocab, d, layers, heads, max_seq):
+def gpt(torch, vocab, d, layers, heads, max_seq):
+    """A GPT-style decoder; forward(idx, caches=None, start=0), caches a list of one dict per block (the KV cache,
+    grown by torch.cat). Also the model of benchmarks/python/torch_programs.py."""
     nn = torch.nn
     F = torch.nn.functional
 
@@ -80,7 +82,7 @@ def _gpt(torch, vocab, d, layers, heads, max_seq):
 
 def gpt_train(torch, steps):
     vocab, max_seq = 32000, 1024
-    model = _gpt(torch, vocab, d=1024, layers=12, heads=16, max_seq=max_seq).cuda()
+    model = gpt(torch, vocab, d=1024, layers=12, heads=16, max_seq=max_seq).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rng = random.Random(0)
     for _ in range(steps):
@@ -99,7 +101,7 @@ def gpt_train(torch, steps):
 
 def llm_generate(torch, steps):
     vocab, max_seq = 32000, 2048
-    model = _gpt(torch, vocab, d=2048, layers=6, heads=16, max_seq=max_seq).cuda().to(torch.bfloat16).eval()
+    model = gpt(torch, vocab, d=2048, layers=6, heads=16, max_seq=max_seq).cuda().to(torch.bfloat16).eval()
     rng = random.Random(0)
     with torch.no_grad():
         for _ in range(steps):  # one request (a batch of prompts) per step
