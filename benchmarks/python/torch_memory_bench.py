@@ -2,6 +2,7 @@
 
     python3 benchmarks/python/torch_memory_bench.py [--json OUT.json] [--markdown OUT.md] [--quick]
         [--allocators LABEL,...] [--fit-allocators LABEL,...] [--programs train,generate] [--budget BYTES]
+        [--rounds N] [--warm-every-shape]
 
 Each (program, allocator) runs in a process of its own (torch_programs.py): PyTorch's allocator can be chosen
 only once per process, and a fresh process starts every allocator from an empty device. Allocators (labels):
@@ -14,9 +15,15 @@ only once per process, and a fresh process starts every allocator from an empty 
 
 Per allocator and program: the median step time (train: one optimizer step; generate: one generated token) after
 the warm-up, the peak device memory the process used (cuMemGetInfo sampled every millisecond, minus the memory in
-use before the first tensor), and, for the --fit-allocators, the largest batch that fits in --budget bytes of
+use before the first tensor), the peak of live tensors (the allocator's max_memory_allocated: no allocator can
+need less), and, for the --fit-allocators, the largest batch that fits in --budget bytes of
 device memory (the rest taken by a cudaMalloc ballast before the first tensor; each probe a process running the
 program at its longest sequence; found by doubling, then bisection). Figures are for the device it runs on.
+
+Step times of one process vary by several per cent from process to process (kernel selection, clocks, where the
+host threads run), more than the allocators differ. So each allocator runs --rounds times, the allocators taking
+turns (A B C A B C ...), and a row gives the median of the runs' medians with the spread of the runs; the peaks
+are the largest of the runs'.
 """
 
 from __future__ import annotations
@@ -44,7 +51,8 @@ ALLOCATORS = {
 OOM_EXIT = 3
 WARMUP = {"train": 5, "generate": 1}  # steps / requests left out of the times (kernel selection, first growth)
 FIT_START = {"train": 4, "generate": 16}  # the first batch the largest-batch search tries
-RECORDED = ("median_ms", "mean_ms", "peak_bytes", "allocator_peak_bytes", "steps")
+RECORDED = ("median_ms", "mean_ms", "peak_bytes", "allocator_peak_bytes", "tensor_peak_bytes", "steps",
+            "median_ms_runs")
 
 
 def run_program(program: str, label: str, extra: List[str], timeout: float = 300) -> Optional[dict]:
@@ -61,6 +69,22 @@ def run_program(program: str, label: str, extra: List[str], timeout: float = 300
     if done.returncode != 0:
         raise RuntimeError(f"{program} with {label} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def combine_runs(runs: List[dict]) -> dict:
+    """One row of several runs of one (program, allocator): the median of their medians, their spread, and the
+    largest of their peaks."""
+    medians = sorted(run["median_ms"] for run in runs)
+    middle = len(medians) // 2
+    median = medians[middle] if len(medians) % 2 else (medians[middle - 1] + medians[middle]) / 2
+
+    def largest(key):
+        values = [run[key] for run in runs if run.get(key) is not None]
+        return max(values) if values else None
+
+    return {**runs[-1], "median_ms": median, "mean_ms": sum(run["mean_ms"] for run in runs) / len(runs),
+            "median_ms_runs": [run["median_ms"] for run in runs], "peak_bytes": largest("peak_bytes"),
+            "allocator_peak_bytes": largest("allocator_peak_bytes"), "tensor_peak_bytes": largest("tensor_peak_bytes")}
 
 
 def largest_fitting(fits: Callable[[int], bool], start: int = 4, limit: int = 512) -> int:
@@ -113,15 +137,20 @@ def markdown(results: Dict[str, Dict[str, dict]], fits: Dict[str, Dict[str, int]
         unit = "ms per step" if program == "train" else "ms per token"
         budget = budgets.get(program, 0)
         lines += [f"**{program}**", "",
-                  f"| allocator | median {unit} | vs pytorch | peak device memory | vs pytorch | "
-                  f"largest batch in {budget / GiB:g} GiB |", "| --- | --- | --- | --- | --- | --- |"]
+                  f"| allocator | median {unit} | runs | vs pytorch | peak device memory | vs pytorch | "
+                  f"peak of live tensors | largest batch in {budget / GiB:g} GiB |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         base = rows.get("pytorch")
         for label, row in rows.items():
             time_ratio = f"{row['median_ms'] / base['median_ms']:.3f}" if base else "-"
             peak_ratio = f"{row['peak_bytes'] / base['peak_bytes']:.3f}" if base else "-"
+            runs = row.get("median_ms_runs") or [row["median_ms"]]
+            spread = f"{min(runs):.2f}-{max(runs):.2f}" if len(runs) > 1 else "1"
+            tensors = row.get("tensor_peak_bytes")
             fit = fits.get(program, {}).get(label)
-            lines.append(f"| {label} | {row['median_ms']:.2f} | {time_ratio} | {row['peak_bytes'] / GiB:.2f} GiB | "
-                         f"{peak_ratio} | {'-' if fit is None else fit} |")
+            lines.append(f"| {label} | {row['median_ms']:.2f} | {spread} | {time_ratio} | "
+                         f"{row['peak_bytes'] / GiB:.2f} GiB | {peak_ratio} | "
+                         f"{'-' if tensors is None else f'{tensors / GiB:.2f} GiB'} | {'-' if fit is None else fit} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -132,9 +161,16 @@ def write(args, results, fits, budgets, steps) -> None:
         args.markdown.write_text(markdown(results, fits, budgets))
     if args.json:  # the device and versions as the programs saw them (this process never touches the GPU)
         first = next((row for by in results.values() for row in by.values()), {})
-        rows = [{"program": program, "allocator": label, **{k: row[k] for k in RECORDED},
+        rows = [{"program": program, "allocator": label, **{k: row.get(k) for k in RECORDED},
                  "largest_batch": fits.get(program, {}).get(label), "budget_bytes": budgets.get(program)}
                 for program, by in results.items() for label, row in by.items()]
+        if args.json.exists():  # keep the rows of programs this run does not run (programs run in separate calls)
+            try:
+                kept = [row for row in json.loads(args.json.read_text()).get("results", [])
+                        if row.get("program") not in results]
+            except (ValueError, AttributeError):
+                kept = []
+            rows = kept + rows
         args.json.write_text(json.dumps({"python": platform.python_version(), "backend": "cuda",
                                          "device": first.get("device"), "torch": first.get("torch"),
                                          "steps": steps, "results": rows}, indent=1))
@@ -151,7 +187,10 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer steps (for a time-limited machine)")
     parser.add_argument("--warm-every-shape", action="store_true",
                         help="each timed run first runs one short step of each shape of its schedule, untimed")
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="timed runs per allocator, the allocators taking turns (default 3)")
+    parser.add_argument("--json", type=Path,
+                        help="results, written after every run; rows of programs not run now are kept from the file")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
     programs = [p for p in args.programs.split(",") if p]
@@ -160,6 +199,8 @@ def main(argv=None) -> int:
     for label in labels + fit_labels:
         if label not in ALLOCATORS:
             parser.error(f"unknown allocator {label!r}; choose from {', '.join(ALLOCATORS)}")
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, not {args.rounds}")
     steps = {"train": 20 if args.quick else args.steps, "generate": 6 if args.quick else max(8, args.steps // 3)}
     budgets = parse_budgets(args.budget)
 
@@ -167,15 +208,20 @@ def main(argv=None) -> int:
     fits: Dict[str, Dict[str, int]] = {}
     for program in programs:
         results[program] = {}
-        for label in labels:
-            timed = ["--steps", str(steps[program]), "--warmup", str(WARMUP[program])]
-            row = run_program(program, label, timed + (["--warm-every-shape"] if args.warm_every_shape else []))
-            if row is None:
-                raise SystemExit(f"torch_memory_bench: {program} ran out of memory with {label} without a budget")
-            results[program][label] = row
-            write(args, results, fits, budgets, steps)  # after every run: a run cut short keeps what it measured
-            print(f"{program:9s} {label:14s} {row['median_ms']:8.2f} ms  peak {row['peak_bytes'] / GiB:6.2f} GiB"
-                  f"  (allocator's own: {row['allocator_peak_bytes']})", flush=True)
+        runs: Dict[str, List[dict]] = {label: [] for label in labels}
+        timed = ["--steps", str(steps[program]), "--warmup", str(WARMUP[program])]
+        timed += ["--warm-every-shape"] if args.warm_every_shape else []
+        for round_ in range(args.rounds):
+            for label in labels:
+                run = run_program(program, label, timed)
+                if run is None:
+                    raise SystemExit(f"torch_memory_bench: {program} ran out of memory with {label} without a budget")
+                runs[label].append(run)
+                results[program][label] = combine_runs(runs[label])
+                write(args, results, fits, budgets, steps)  # after every run: a run cut short keeps what it measured
+                print(f"{program:9s} {label:14s} round {round_ + 1}: {run['median_ms']:8.2f} ms  "
+                      f"peak {run['peak_bytes'] / GiB:6.2f} GiB  (allocator's own: {run['allocator_peak_bytes']}, "
+                      f"tensors: {run.get('tensor_peak_bytes')})", flush=True)
         fits[program] = {}
         for label in fit_labels:
             probe = ["--steps", "2", "--warmup", "0", "--ballast-to", str(budgets[program])]

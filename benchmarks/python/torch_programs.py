@@ -136,6 +136,18 @@ def install_allocator(name: str) -> str:
     raise SystemExit(f"torch_programs: unknown allocator {name!r} (pytorch, gpumem, gpumem:CONF)")
 
 
+def tensor_peak(name: str):
+    """The most bytes of live tensors at once (the allocator's max_memory_allocated): what any allocator must hold."""
+    try:
+        if name == "pytorch":
+            return torch.cuda.max_memory_allocated()
+        import gpumem.torch
+
+        return gpumem.torch.max_memory_allocated()
+    except Exception:  # not every gpumem resource counts live bytes
+        return None
+
+
 def allocator_peak(name: str):
     """The allocator's own peak of reserved device memory, where it reports one."""
     try:
@@ -283,6 +295,7 @@ def main(argv=None) -> int:
         "mean_ms": statistics.fmean(measured) * 1e3,
         "peak_bytes": sampler.peak - baseline,
         "allocator_peak_bytes": allocator_peak(args.allocator),
+        "tensor_peak_bytes": tensor_peak(args.allocator),
         "samples": sampler.samples,
         "batch": args.batch,
         "ballast_to": args.ballast_to,

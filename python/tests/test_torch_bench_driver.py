@@ -47,9 +47,41 @@ def test_the_table_gives_ratios_to_pytorchs_default(bench):
     results = {"train": {"pytorch": {"median_ms": 50.0, "peak_bytes": 20 * GiB},
                          "gpumem": {"median_ms": 51.0, "peak_bytes": 17 * GiB}}}
     table = bench.markdown(results, {"train": {"pytorch": 8, "gpumem": 11}}, {"train": 16 * GiB})
-    assert "| gpumem | 51.00 | 1.020 | 17.00 GiB | 0.850 | 11 |" in table
-    assert "| pytorch | 50.00 | 1.000 | 20.00 GiB | 1.000 | 8 |" in table
+    assert "| gpumem | 51.00 | 1 | 1.020 | 17.00 GiB | 0.850 | - | 11 |" in table
+    assert "| pytorch | 50.00 | 1 | 1.000 | 20.00 GiB | 1.000 | - | 8 |" in table
     assert "largest batch in 16 GiB" in table
+
+
+def test_the_table_gives_the_spread_of_the_runs_and_the_peak_of_live_tensors(bench):
+    row = bench.combine_runs([{"median_ms": 52.0, "mean_ms": 53.0, "peak_bytes": 10 * GiB, "tensor_peak_bytes": 9 * GiB},
+                              {"median_ms": 50.0, "mean_ms": 51.0, "peak_bytes": 11 * GiB, "tensor_peak_bytes": 9 * GiB},
+                              {"median_ms": 57.0, "mean_ms": 58.0, "peak_bytes": 10 * GiB, "tensor_peak_bytes": None}])
+    assert row["median_ms"] == 52.0 and row["median_ms_runs"] == [52.0, 50.0, 57.0]
+    assert row["peak_bytes"] == 11 * GiB and row["tensor_peak_bytes"] == 9 * GiB
+    assert row["allocator_peak_bytes"] is None
+    table = bench.markdown({"train": {"gpumem": row}}, {}, {"train": 16 * GiB})
+    assert "| gpumem | 52.00 | 50.00-57.00 | - | 11.00 GiB | - | 9.00 GiB | - |" in table
+
+
+def test_an_even_number_of_runs_gives_the_mean_of_the_middle_two(bench):
+    runs = [{"median_ms": m, "mean_ms": m, "peak_bytes": GiB} for m in (40.0, 10.0, 30.0, 20.0)]
+    assert bench.combine_runs(runs)["median_ms"] == 25.0
+
+
+def test_the_json_keeps_the_rows_of_programs_not_run_now(bench, tmp_path):
+    import argparse
+    import json
+
+    out = tmp_path / "torch.json"
+    row = {"median_ms": 5.0, "mean_ms": 5.0, "peak_bytes": GiB, "steps": 3}
+    first = argparse.Namespace(markdown=None, json=out)
+    bench.write(first, {"train": {"gpumem": row}}, {}, {}, {"train": 3})
+    bench.write(first, {"generate": {"gpumem": row}}, {}, {}, {"generate": 3})
+    programs = [r["program"] for r in json.loads(out.read_text())["results"]]
+    assert programs == ["train", "generate"]
+    bench.write(first, {"generate": {"pytorch": row}}, {}, {}, {"generate": 3})  # a rerun replaces its program
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["program"], r["allocator"]) for r in rows] == [("train", "gpumem"), ("generate", "pytorch")]
 
 
 @pytest.fixture
