@@ -9,9 +9,10 @@ key                values                                      meaning
 =================  ==========================================  ===============================================
 resource           vmm (default), pool, async, cuda, managed,  what each device gets on its first PyTorch
                    current                                     allocation (current: keep gpumem's resource)
-slab_size          size (default 32MiB)                        vmm: physical memory per slab
+slab_size          size (default 2MiB)                         vmm: physical memory per slab
 release_threshold  size or none (default none)                 vmm: free slabs kept before giving them back
-mapping_divisor    int >= 0 (default 64)                       vmm: a growth maps up to 1/N of the pool
+mapping_divisor    int >= 0 (default 0)                        vmm: a growth maps up to 1/N of the pool
+                                                               (0: pieces of max_mapping_size, one slab)
 max_mapping_size   size or none (default none)                 vmm: the largest piece one growth maps
 initial_pool_size  size (default 0)                            pool: bytes taken at once
 maximum_pool_size  size or none (default none)                 pool: the most the pool may hold
@@ -41,9 +42,9 @@ _POOL_KEYS = ("initial_pool_size", "maximum_pool_size")
 
 DEFAULTS: Dict[str, Any] = {
     "resource": "vmm",
-    "slab_size": 32 << 20,
+    "slab_size": 2 << 20,  # PyTorch's defaults: pieces of 2 MiB (docs/python.md, "Why these defaults")
     "release_threshold": None,
-    "mapping_divisor": 64,
+    "mapping_divisor": 0,
     "max_mapping_size": None,
     "initial_pool_size": 0,
     "maximum_pool_size": None,
