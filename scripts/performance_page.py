@@ -235,8 +235,8 @@ def counter_grid(b, counter, render, caption, only=lambda w: True):
     return [caption, ""] + table(["workload"] + [f"`{r}`" for r in resources], rows) + [""]
 
 
-@google_section("alloc", lambda b: f"{b.statistic()}; fixed: ns per allocate+free pair; random, random_mt: ns per "
-                                    "operation (wall time over all threads for random_mt)")
+@google_section("alloc", lambda b: f"{b.statistic()}; fixed: ns per allocate+free pair; random, random_mt, "
+                                    "random_streams: ns per operation (wall time over all threads for the last two)")
 def section_alloc(run, b):
     peer = "cuda_async_default" if "cuda_async_default" in grid(b)[1] else None
     caption = (f"Median ns (ratio to `{peer}`, below 1 is faster):" if peer else "Median ns:")
@@ -579,6 +579,10 @@ def section_targets(runs):
             v, r = best(workloads, counter)
             rows.append([label, f"≤ {limit} ns", f"{fmt(v)} ns (`{r}`)" if v is not None else "–",
                          verdict(alloc, v <= limit if v is not None else None)])
+        over = b.get(bench_name("random_streams/16x4", "vmm"), "fragmentation_over_random")
+        if over is not None:
+            rows.append(["`random_streams/16x4`, `vmm`", "fragmentation ≤ `random`'s + 0.05", f"{over:+.3f}",
+                         verdict(alloc, over <= 0.05)])
     replay = runs.get("replay")
     if replay:
         by = {(r["log"], r["resource"]): r for r in replay["rows"]}

@@ -16,6 +16,10 @@
 //                                 them (so every T does the same total work), thread t seeded 42 + t;
 //                                 figure: wall ns_per_op over all threads; speedup_vs_1_thread = the
 //                                 1-thread figure of this resource (random_mt/<resource>/1) / this one
+//   random_streams/<resource>/16x4  `random_mt` in 16 threads with 4 streams each (64 streams): the block of
+//                                 slot k of a thread is allocated and freed on that thread's stream k % 4;
+//                                 figure: wall ns_per_op; fragmentation_over_random = this fragmentation
+//                                 minus random/<resource>'s (single thread, single stream)
 //
 // Method. The operation sequences are generated before timing (the RNG is not measured). Each benchmark
 // builds its resource once (and its streams); before the first timed iteration it runs its pattern once
@@ -67,8 +71,11 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 constexpr std::array<int, 3> mt_thread_counts{1, 4, 16};
+constexpr int streams_threads = 16;         // random_streams: threads
+constexpr std::size_t streams_per_thread = 4;  // random_streams: streams per thread
 
 options g_options;
+std::map<std::string, double> g_random_fragmentation;  // resource -> random/<resource>'s latest fragmentation
 
 [[nodiscard]] random_shape workload_shape() { return g_options.smoke ? random_smoke : random_full; }
 
@@ -232,6 +239,9 @@ void bm_random(benchmark::State& state, std::string const& id, std::string const
     state.counters["peak_live_bytes"] = static_cast<double>(seq.peak_live_bytes);
     state.counters["peak_live_blocks"] = static_cast<double>(seq.peak_live_blocks);
     set_upstream_counters(state, ctx, seq.peak_live_bytes, true);
+    if (auto const f = state.counters.find("fragmentation"); f != state.counters.end()) {
+      g_random_fragmentation[resource_name] = f->second.value;
+    }
   } catch (std::exception const& e) {
     record_failure(state, id + ": " + e.what());
   }
@@ -241,13 +251,15 @@ void bm_random(benchmark::State& state, std::string const& id, std::string const
 
 std::map<std::string, double> g_one_thread_ns_per_op;  // resource -> random_mt/<resource>/1's latest figure
 
-void bm_random_mt(benchmark::State& state, std::string const& id, std::string const& resource_name, int threads)
+/// random_mt/<resource>/<threads> (per_thread 1) and random_streams/<resource>/<threads>x<per_thread>.
+void bm_random_mt(benchmark::State& state, std::string const& id, std::string const& resource_name, int threads,
+                  std::size_t per_thread)
 {
   watchdog_scope const watch{id};
   try {
     std::vector<sequence> const& seqs = sequences_for(threads);
     auto const n = static_cast<std::size_t>(threads);
-    bench_context& ctx = context_for(id, resource_name, n, workload_shape().max_size);
+    bench_context& ctx = context_for(id, resource_name, n * per_thread, workload_shape().max_size);
     mr::device_memory_resource& resource = ctx.resource.get();
     std::vector<std::vector<void*>> slots(n);
     for (std::size_t t = 0; t < n; ++t) { slots[t].assign(seqs[t].slots, nullptr); }
@@ -261,13 +273,16 @@ void bm_random_mt(benchmark::State& state, std::string const& id, std::string co
     }
     worker_team team{n};
     std::vector<cuda_stream_view> streams;
-    for (std::size_t t = 0; t < n; ++t) { streams.push_back(ctx.streams->get_stream(t)); }
+    for (std::size_t t = 0; t < n * per_thread; ++t) { streams.push_back(ctx.streams->get_stream(t)); }
+    auto const streams_of = [&](std::size_t t) {
+      return std::span<cuda_stream_view const>{streams}.subspan(t * per_thread, per_thread);
+    };
     first_error error;
     if (!ctx.warmed) {
       block_checker checker;
       live_meter meter;
       team.run([&](std::size_t t) {
-        std::string const e = run_sequence_checked(resource, ctx.streams->get_stream(t), seqs[t], slots[t], checker, meter);
+        std::string const e = run_sequence_checked(resource, streams_of(t), seqs[t], slots[t], checker, meter);
         if (!e.empty()) { error.set("thread " + std::to_string(t) + ": " + e); }
       });
       if (std::string const e = error.get(); !e.empty()) {
@@ -279,7 +294,7 @@ void bm_random_mt(benchmark::State& state, std::string const& id, std::string co
     }
     double total_seconds = 0;
     for (auto _ : state) {
-      double const seconds = run_sequences(team, resource, streams, seqs, slots, error);
+      double const seconds = run_sequences(team, resource, streams, seqs, slots, error, per_thread);
       state.SetIterationTime(seconds);
       total_seconds += seconds;
       if (std::string const e = error.get(); !e.empty()) {
@@ -288,6 +303,7 @@ void bm_random_mt(benchmark::State& state, std::string const& id, std::string co
       }
     }
     double const total_ops = static_cast<double>(ops) * static_cast<double>(state.iterations());
+    state.counters["streams"] = static_cast<double>(n * per_thread);
     double const ns_per_op = total_seconds * 1e9 / total_ops;
     state.counters["ns_per_op"] = ns_per_op;
     state.counters["ops_per_s"] = total_ops / total_seconds;
@@ -296,12 +312,19 @@ void bm_random_mt(benchmark::State& state, std::string const& id, std::string co
     state.counters["bytes_allocated"] = static_cast<double>(bytes_allocated);
     state.counters["threads"] = threads;
     state.counters["peak_live_bytes"] = static_cast<double>(ctx.peak_live_bytes);
-    if (threads == 1) {
+    if (per_thread > 1) {
+      // no speedup figure: the 1-thread run has one stream
+    } else if (threads == 1) {
       g_one_thread_ns_per_op[resource_name] = ns_per_op;
     } else if (auto const it = g_one_thread_ns_per_op.find(resource_name); it != g_one_thread_ns_per_op.end()) {
       state.counters["speedup_vs_1_thread"] = it->second / ns_per_op;
     }
     set_upstream_counters(state, ctx, ctx.peak_live_bytes, true);
+    if (auto const f = state.counters.find("fragmentation"); per_thread > 1 && f != state.counters.end()) {
+      if (auto const r = g_random_fragmentation.find(resource_name); r != g_random_fragmentation.end()) {
+        state.counters["fragmentation_over_random"] = f->second.value - r->second;
+      }
+    }
   } catch (std::exception const& e) {
     record_failure(state, id + ": " + e.what());
   }
@@ -335,11 +358,19 @@ void register_benchmarks()
   for (std::string const& name : g_options.resources) {
     for (int const threads : mt_thread_counts) {
       std::string const id = "random_mt/" + name + "/" + std::to_string(threads);
-      auto* b = benchmark::RegisterBenchmark(id.c_str(), bm_random_mt, id, name, threads);
+      auto* b = benchmark::RegisterBenchmark(id.c_str(), bm_random_mt, id, name, threads, std::size_t{1});
       b->UseManualTime()->Unit(benchmark::kMillisecond);
       if (smoke) { b->Iterations(2); }
       apply_common(b, g_options);
     }
+  }
+  for (std::string const& name : g_options.resources) {
+    std::string const id = "random_streams/" + name + "/" + std::to_string(streams_threads) + "x" +
+                           std::to_string(streams_per_thread);
+    auto* b = benchmark::RegisterBenchmark(id.c_str(), bm_random_mt, id, name, streams_threads, streams_per_thread);
+    b->UseManualTime()->Unit(benchmark::kMillisecond);
+    if (smoke) { b->Iterations(2); }
+    apply_common(b, g_options);
   }
 }
 

@@ -13,6 +13,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <span>
 #include <cstdint>
 #include <vector>
 
@@ -156,6 +159,105 @@ TEST(bench_measure, measures_after_verifying_and_fails_on_overlapping_blocks)
   EXPECT_THROW((void)bench::measure_random(pool, std::span{streams}.first(2), four, 1, "random_mt/4"), logic_error)
     << "one stream per sequence";
   stream.synchronize();
+}
+
+/// Allocates from `upstream`, recording the stream of every allocation; a free on another stream than its
+/// allocation's, or of an unknown block, is counted as a mismatch.
+class stream_recording_resource final : public mr::device_memory_resource {
+ public:
+  explicit stream_recording_resource(mr::device_memory_resource& upstream) : upstream_{upstream} {}
+  std::map<cudaStream_t, std::size_t> allocations_per_stream;
+  std::size_t mismatches{};
+
+ private:
+  void* do_allocate(std::size_t bytes, cuda_stream_view stream) override
+  {
+    void* const p = upstream_.allocate(bytes, stream);
+    std::lock_guard const lock{mutex_};
+    live_[p] = stream.value();
+    ++allocations_per_stream[stream.value()];
+    return p;
+  }
+  void do_deallocate(void* p, std::size_t bytes, cuda_stream_view stream) noexcept override
+  {
+    {
+      std::lock_guard const lock{mutex_};
+      auto const it = live_.find(p);
+      if (it == live_.end() || it->second != stream.value()) { ++mismatches; }
+      if (it != live_.end()) { live_.erase(it); }
+    }
+    upstream_.deallocate(p, bytes, stream);
+  }
+  [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override { return this == &other; }
+  mr::device_memory_resource& upstream_;
+  std::mutex mutex_;
+  std::map<void*, cudaStream_t> live_;
+};
+
+/// How many allocations of `seq` fall on each of `streams` streams when slot k lives on stream k % streams.
+std::vector<std::size_t> allocations_per_stream(sequence const& seq, std::size_t streams)
+{
+  std::vector<std::size_t> counts(streams, 0);
+  for (bench::step const& s : seq.steps) {
+    if (s.allocate) { ++counts[s.slot % streams]; }
+  }
+  return counts;
+}
+
+TEST(bench_workload, several_streams_per_sequence_place_each_block_on_its_slots_stream)
+{
+  mr::simulated_memory_resource upstream;
+  stream_recording_resource recording{upstream};
+  cuda_stream a;
+  cuda_stream b;
+  cuda_stream c;
+  std::vector<cuda_stream_view> const streams{a.view(), b.view(), c.view()};
+  sequence const seq = bench::split_random(bench::random_smoke, 1).front();
+  std::vector<void*> slots(seq.slots, nullptr);
+
+  bench::run_sequence(recording, streams, seq, slots);
+  std::vector<std::size_t> const expected = allocations_per_stream(seq, 3);
+  EXPECT_EQ(recording.mismatches, 0U) << "every block is freed on the stream it was allocated on";
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(recording.allocations_per_stream[streams[i].value()], expected[i]) << "stream " << i;
+    EXPECT_GT(expected[i], 0U);
+  }
+
+  bench::block_checker checker;
+  bench::live_meter meter;
+  EXPECT_EQ(bench::run_sequence_checked(recording, streams, seq, slots, checker, meter), "");
+  EXPECT_EQ(meter.peak.load(), seq.peak_live_bytes);
+  EXPECT_EQ(meter.live.load(), 0U);
+  EXPECT_EQ(recording.mismatches, 0U);
+  EXPECT_EQ(recording.allocations_per_stream[streams[0].value()], 2 * expected[0]);
+
+  EXPECT_THAT([&] { bench::run_sequence(recording, std::span<cuda_stream_view const>{}, seq, slots); },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("empty")));
+  EXPECT_EQ(upstream.bytes_in_use(), 0U) << "nothing is left allocated";
+}
+
+TEST(bench_workload, several_streams_per_thread_give_each_thread_its_own_streams)
+{
+  mr::simulated_memory_resource upstream;
+  stream_recording_resource recording{upstream};
+  std::vector<cuda_stream> owned(4);
+  std::vector<cuda_stream_view> streams;
+  for (auto const& s : owned) { streams.push_back(s.view()); }
+  std::vector<sequence> const two = bench::split_random(bench::random_smoke, 2);
+  std::vector<std::vector<void*>> slots{std::vector<void*>(two[0].slots), std::vector<void*>(two[1].slots)};
+  bench::worker_team team{2};
+  bench::first_error error;
+
+  (void)bench::run_sequences(team, recording, streams, two, slots, error, 2);
+  EXPECT_EQ(error.get(), "");
+  EXPECT_EQ(recording.mismatches, 0U);
+  for (std::size_t t = 0; t < 2; ++t) {
+    std::vector<std::size_t> const expected = allocations_per_stream(two[t], 2);
+    for (std::size_t k = 0; k < 2; ++k) {
+      EXPECT_EQ(recording.allocations_per_stream[streams[t * 2 + k].value()], expected[k]) << t << "/" << k;
+    }
+  }
+  EXPECT_EQ(upstream.bytes_in_use(), 0U);
 }
 
 }  // namespace

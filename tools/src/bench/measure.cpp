@@ -40,11 +40,16 @@ void throw_if_failed(first_error& error, std::string const& prefix)
 }  // namespace
 
 double run_sequences(worker_team& team, mr::device_memory_resource& resource, std::span<cuda_stream_view const> streams,
-                     std::vector<sequence> const& sequences, std::vector<std::vector<void*>>& slots, first_error& error)
+                     std::vector<sequence> const& sequences, std::vector<std::vector<void*>>& slots, first_error& error,
+                     std::size_t streams_per_thread)
 {
   return team.run([&](std::size_t t) {
     try {
-      run_sequence(resource, streams[t], sequences[t], slots[t]);
+      if (streams_per_thread > 1) {
+        run_sequence(resource, streams.subspan(t * streams_per_thread, streams_per_thread), sequences[t], slots[t]);
+      } else {
+        run_sequence(resource, streams[t], sequences[t], slots[t]);
+      }
     } catch (std::bad_alloc const& e) {
       error.set("thread " + std::to_string(t) + ": " + e.what(), true);
     } catch (std::exception const& e) {

@@ -10,6 +10,9 @@
 #include <limits>
 #include <new>
 #include <random>
+#include <span>
+#include <string>
+#include <vector>
 
 namespace gpumem::bench {
 
@@ -18,17 +21,87 @@ namespace {
 /// Uniform double in [0, 1) from 53 bits of a std::mt19937_64 (whose output the standard fixes).
 [[nodiscard]] double uniform01(std::mt19937_64& gen) { return static_cast<double>(gen() >> 11) * 0x1.0p-53; }
 
-/// Frees what steps[0, done) left live (after a failure part-way). Never throws.
-void free_leftovers(mr::device_memory_resource& resource, cuda_stream_view stream, sequence const& seq,
-                    std::size_t done, std::span<void*> slots) noexcept
+/// Frees what steps[0, done) left live (after a failure part-way), each block on stream_of(its slot). Never throws.
+template <class StreamOf>
+void free_leftovers(mr::device_memory_resource& resource, StreamOf stream_of, sequence const& seq, std::size_t done,
+                    std::span<void*> slots) noexcept
 {
   std::vector<std::uint32_t> live_size(seq.slots, 0);
   for (std::size_t i = 0; i < done; ++i) {
     live_size[seq.steps[i].slot] = seq.steps[i].allocate ? seq.steps[i].size : 0;
   }
   for (std::size_t s = 0; s < seq.slots; ++s) {
-    if (live_size[s] != 0) { resource.deallocate(slots[s], live_size[s], stream); }
+    if (live_size[s] != 0) { resource.deallocate(slots[s], live_size[s], stream_of(s)); }
   }
+}
+
+/// The timed loop, each block allocated and freed on stream_of(its slot).
+template <class StreamOf>
+void run_steps(mr::device_memory_resource& resource, StreamOf stream_of, sequence const& seq, std::span<void*> slots)
+{
+  std::size_t i = 0;
+  try {
+    for (std::size_t const n = seq.steps.size(); i < n; ++i) {
+      step const s = seq.steps[i];
+      if (s.allocate) {
+        slots[s.slot] = resource.allocate(s.size, stream_of(s.slot));
+      } else {
+        resource.deallocate(slots[s.slot], s.size, stream_of(s.slot));
+      }
+    }
+  } catch (...) {
+    free_leftovers(resource, stream_of, seq, i, slots);
+    throw;
+  }
+}
+
+/// The verification pass, each block allocated and freed on stream_of(its slot).
+template <class StreamOf>
+std::string run_steps_checked(mr::device_memory_resource& resource, StreamOf stream_of, sequence const& seq,
+                              std::span<void*> slots, block_checker& checker, live_meter& meter, bool* out_of_memory)
+{
+  if (out_of_memory != nullptr) { *out_of_memory = false; }
+  std::size_t i = 0;
+  std::string error;
+  try {
+    for (std::size_t const n = seq.steps.size(); i < n; ++i) {
+      step const s = seq.steps[i];
+      if (s.allocate) {
+        void* const p = resource.allocate(s.size, stream_of(s.slot));
+        slots[s.slot] = p;
+        error = checker.add(p, s.size);
+        if (!error.empty()) {
+          ++i;  // p is live: free it with the others
+          break;
+        }
+        meter.add(s.size);
+      } else {
+        checker.remove(slots[s.slot]);
+        meter.sub(s.size);
+        resource.deallocate(slots[s.slot], s.size, stream_of(s.slot));
+      }
+    }
+  } catch (std::bad_alloc const& e) {
+    error = e.what();
+    if (out_of_memory != nullptr) { *out_of_memory = true; }
+  } catch (std::exception const& e) {
+    error = e.what();
+  }
+  if (!error.empty()) { free_leftovers(resource, stream_of, seq, i, slots); }
+  return error;
+}
+
+/// stream_of for one stream.
+[[nodiscard]] auto one_stream(cuda_stream_view stream)
+{
+  return [stream](std::size_t) { return stream; };
+}
+
+/// stream_of for several: slot k's blocks live on streams[k % streams.size()].
+[[nodiscard]] auto round_robin(std::span<cuda_stream_view const> streams)
+{
+  expects(!streams.empty(), "run_sequence: the span of streams is empty");
+  return [streams](std::size_t slot) { return streams[slot % streams.size()]; };
 }
 
 }  // namespace
@@ -137,58 +210,27 @@ void live_meter::add(std::size_t bytes) noexcept
 void run_sequence(mr::device_memory_resource& resource, cuda_stream_view stream, sequence const& seq,
                   std::span<void*> slots)
 {
-  std::size_t i = 0;
-  try {
-    for (std::size_t const n = seq.steps.size(); i < n; ++i) {
-      step const s = seq.steps[i];
-      if (s.allocate) {
-        slots[s.slot] = resource.allocate(s.size, stream);
-      } else {
-        resource.deallocate(slots[s.slot], s.size, stream);
-      }
-    }
-  } catch (...) {
-    free_leftovers(resource, stream, seq, i, slots);
-    throw;
-  }
+  run_steps(resource, one_stream(stream), seq, slots);
+}
+
+void run_sequence(mr::device_memory_resource& resource, std::span<cuda_stream_view const> streams,
+                  sequence const& seq, std::span<void*> slots)
+{
+  run_steps(resource, round_robin(streams), seq, slots);
 }
 
 std::string run_sequence_checked(mr::device_memory_resource& resource, cuda_stream_view stream, sequence const& seq,
                                  std::span<void*> slots, block_checker& checker, live_meter& meter,
                                  bool* out_of_memory)
 {
-  if (out_of_memory != nullptr) { *out_of_memory = false; }
-  std::size_t i = 0;
-  std::string error;
-  try {
-    for (std::size_t const n = seq.steps.size(); i < n; ++i) {
-      step const s = seq.steps[i];
-      if (s.allocate) {
-        void* const p = resource.allocate(s.size, stream);
-        slots[s.slot] = p;
-        error = checker.add(p, s.size);
-        if (!error.empty()) {
-          ++i;  // p is live: free it with the others
-          break;
-        }
-        meter.add(s.size);
-      } else {
-        checker.remove(slots[s.slot]);
-        meter.sub(s.size);
-        resource.deallocate(slots[s.slot], s.size, stream);
-      }
-    }
-  } catch (std::bad_alloc const& e) {
-    error = e.what();
-    if (out_of_memory != nullptr) { *out_of_memory = true; }
-  } catch (std::exception const& e) {
-    error = e.what();
-  }
-  if (!error.empty()) {
-    free_leftovers(resource, stream, seq, i, slots);
-    return error;
-  }
-  return {};
+  return run_steps_checked(resource, one_stream(stream), seq, slots, checker, meter, out_of_memory);
+}
+
+std::string run_sequence_checked(mr::device_memory_resource& resource, std::span<cuda_stream_view const> streams,
+                                 sequence const& seq, std::span<void*> slots, block_checker& checker,
+                                 live_meter& meter, bool* out_of_memory)
+{
+  return run_steps_checked(resource, round_robin(streams), seq, slots, checker, meter, out_of_memory);
 }
 
 }  // namespace gpumem::bench

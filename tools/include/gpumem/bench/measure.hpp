@@ -35,13 +35,16 @@ struct measurement {
 
 /**
  * @brief One timed pass of a multi-threaded workload: worker t of `team` runs sequences[t] on streams[t] with
- * slots[t] (run_sequence). An exception of thread t goes to `error` as "thread t: what" (its blocks are freed).
- * @pre team.size() == sequences.size() <= streams.size(), slots.size(); slots[t].size() >= sequences[t].slots.
+ * slots[t] (run_sequence); with streams_per_thread S > 1, on streams[t*S, t*S + S) (the multi-stream
+ * run_sequence). An exception of thread t goes to `error` as "thread t: what" (its blocks are freed).
+ * @pre streams_per_thread >= 1; team.size() == sequences.size(), slots.size();
+ *      sequences.size() * streams_per_thread <= streams.size(); slots[t].size() >= sequences[t].slots.
  * @return the wall seconds from the release of the workers to the last finish.
  */
 GPUMEM_EXPORT double run_sequences(worker_team& team, mr::device_memory_resource& resource,
                                    std::span<cuda_stream_view const> streams, std::vector<sequence> const& sequences,
-                                   std::vector<std::vector<void*>>& slots, first_error& error);
+                                   std::vector<std::vector<void*>>& slots, first_error& error,
+                                   std::size_t streams_per_thread = 1);
 
 /**
  * @brief `fixed/<size>`: allocate then free one block of `size.bytes` on `stream`, in a loop. Each timed pass

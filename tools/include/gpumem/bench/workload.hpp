@@ -9,6 +9,8 @@
  *                      live block; 200 000 steps, seed 42; the blocks still live are freed at the end
  *   random_mt/<T>      `random` split over T threads (steps and live limit divided; thread t seeded 42 + t),
  *                      each on its own stream
+ *   random_streams/<T>x<S>  `random_mt/<T>` with S streams per thread: the block of slot k lives (is allocated
+ *                      and freed) on the thread's stream k % S
  *
  * A sequence is generated before it is timed (the generator is not measured): a flat array of steps whose
  * blocks live in numbered slots. run_sequence is the timed loop, one virtual call per step;
@@ -124,6 +126,14 @@ GPUMEM_EXPORT void run_sequence(mr::device_memory_resource& resource, cuda_strea
                                 std::span<void*> slots);
 
 /**
+ * @brief As above, on several streams: the block of slot k is allocated and freed on streams[k % streams.size()]
+ * (a thread spreading its work over streams, as `random_streams` does).
+ * @throws gpumem::logic_error if streams is empty; what allocate throws.
+ */
+GPUMEM_EXPORT void run_sequence(mr::device_memory_resource& resource, std::span<cuda_stream_view const> streams,
+                                sequence const& seq, std::span<void*> slots);
+
+/**
  * @brief The verification pass: as run_sequence, checking every block with `checker` and metering live bytes.
  * @param out_of_memory when given, set to whether the pass failed with a std::bad_alloc (the resource ran
  *        out of memory) rather than a failed check or another exception.
@@ -133,5 +143,15 @@ GPUMEM_EXPORT void run_sequence(mr::device_memory_resource& resource, cuda_strea
                                                              cuda_stream_view stream, sequence const& seq,
                                                              std::span<void*> slots, block_checker& checker,
                                                              live_meter& meter, bool* out_of_memory = nullptr);
+
+/**
+ * @brief The verification pass on several streams, as the multi-stream run_sequence places the blocks.
+ * @throws gpumem::logic_error if streams is empty (every other failure is returned, as above).
+ */
+[[nodiscard]] GPUMEM_EXPORT std::string run_sequence_checked(mr::device_memory_resource& resource,
+                                                             std::span<cuda_stream_view const> streams,
+                                                             sequence const& seq, std::span<void*> slots,
+                                                             block_checker& checker, live_meter& meter,
+                                                             bool* out_of_memory = nullptr);
 
 }  // namespace gpumem::bench
