@@ -312,11 +312,10 @@ void bm_random_mt(benchmark::State& state, std::string const& id, std::string co
     state.counters["bytes_allocated"] = static_cast<double>(bytes_allocated);
     state.counters["threads"] = threads;
     state.counters["peak_live_bytes"] = static_cast<double>(ctx.peak_live_bytes);
-    if (per_thread > 1) {
-      // no speedup figure: the 1-thread run has one stream
-    } else if (threads == 1) {
+    if (per_thread == 1 && threads == 1) {  // random_streams has no speedup figure: its 1-thread peer has one stream
       g_one_thread_ns_per_op[resource_name] = ns_per_op;
-    } else if (auto const it = g_one_thread_ns_per_op.find(resource_name); it != g_one_thread_ns_per_op.end()) {
+    } else if (auto const it = g_one_thread_ns_per_op.find(resource_name);
+               per_thread == 1 && it != g_one_thread_ns_per_op.end()) {
       state.counters["speedup_vs_1_thread"] = it->second / ns_per_op;
     }
     set_upstream_counters(state, ctx, ctx.peak_live_bytes, true);

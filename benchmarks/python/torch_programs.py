@@ -136,27 +136,16 @@ def install_allocator(name: str) -> str:
     raise SystemExit(f"torch_programs: unknown allocator {name!r} (pytorch, gpumem, gpumem:CONF)")
 
 
-def tensor_peak(name: str):
-    """The most bytes of live tensors at once (the allocator's max_memory_allocated): what any allocator must hold."""
+def allocator_peak(name: str, counter: str):
+    """The allocator's own peak `counter`, where it reports one: "allocated" (max_memory_allocated, the most bytes of
+    live tensors at once, what any allocator must hold) or "reserved" (max_memory_reserved)."""
     try:
         if name == "pytorch":
-            return torch.cuda.max_memory_allocated()
+            return getattr(torch.cuda, f"max_memory_{counter}")()
         import gpumem.torch
 
-        return gpumem.torch.max_memory_allocated()
-    except Exception:  # not every gpumem resource counts live bytes
-        return None
-
-
-def allocator_peak(name: str):
-    """The allocator's own peak of reserved device memory, where it reports one."""
-    try:
-        if name == "pytorch":
-            return torch.cuda.max_memory_reserved()
-        import gpumem.torch
-
-        return gpumem.torch.max_memory_reserved()
-    except Exception:  # not every gpumem resource reports reserved memory
+        return getattr(gpumem.torch, f"max_memory_{counter}")()
+    except Exception:  # not every gpumem resource counts them
         return None
 
 
@@ -294,8 +283,8 @@ def main(argv=None) -> int:
         "median_ms": statistics.median(measured) * 1e3,
         "mean_ms": statistics.fmean(measured) * 1e3,
         "peak_bytes": sampler.peak - baseline,
-        "allocator_peak_bytes": allocator_peak(args.allocator),
-        "tensor_peak_bytes": tensor_peak(args.allocator),
+        "allocator_peak_bytes": allocator_peak(args.allocator, "reserved"),
+        "tensor_peak_bytes": allocator_peak(args.allocator, "allocated"),
         "samples": sampler.samples,
         "batch": args.batch,
         "ballast_to": args.ballast_to,
