@@ -299,8 +299,8 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
           "memory the pool holds when it grows (at most max_mapping_size when given; 0: pieces of "
           "max_mapping_size, one slab when that is None); small_block_limit: requests of at most this many bytes "
           "(default 128 KiB, a multiple of 256) come from pages of their size class, which go back to the pool "
-          "when empty (0: none); thread_cache_limit: small blocks of at most this many bytes (default 64 KiB) "
-          "freed on a stream gpumem may use later go through the freeing thread's cache (0: none; none either "
+          "when empty (0: none); thread_cache_limit: small blocks of at most this many bytes "
+          "freed on a default stream go through the freeing thread's cache (default 0: none; none either "
           "with a release_threshold). Raises ValueError when the device has no virtual memory management or an "
           "option is bad.");
   vmm.def("release_unused", &mr::vmm_pool_memory_resource::release_unused, py::call_guard<py::gil_scoped_release>(),

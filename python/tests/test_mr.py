@@ -370,7 +370,8 @@ def test_vmm_pool_release_threshold_gives_memory_back_on_free():
 
 
 def test_vmm_pool_small_blocks_come_from_pages_and_go_through_the_thread_cache():
-    pool = mr.VmmPoolMemoryResource(slab_size=2 << 20)
+    assert mr.VmmPoolMemoryResource(slab_size=2 << 20).thread_cache_limit == 0  # caches are off by default
+    pool = mr.VmmPoolMemoryResource(slab_size=2 << 20, thread_cache_limit=64 << 10)
     assert (pool.small_block_limit, pool.thread_cache_limit) == (128 << 10, 64 << 10)
     ptr = pool.allocate(1000)
     assert pool.small_page_count == 1 and pool.bytes_in_use == 1024  # the 1 KiB size class
@@ -386,7 +387,7 @@ def test_vmm_pool_small_blocks_come_from_pages_and_go_through_the_thread_cache()
     p = plain.allocate(1000)
     assert plain.bytes_in_use == 1024 and plain.small_page_count == 0  # from the heap itself
     plain.deallocate(p, 1000)
-    assert mr.VmmPoolMemoryResource(slab_size=2 << 20, release_threshold=0).thread_cache_limit == 0
+    assert mr.VmmPoolMemoryResource(slab_size=2 << 20, release_threshold=0, thread_cache_limit=64 << 10).thread_cache_limit == 0
     with pytest.raises(ValueError, match="small_block_limit"):
         mr.VmmPoolMemoryResource(slab_size=2 << 20, small_block_limit=1000)
     with pytest.raises(ValueError, match="thread_cache_limit"):

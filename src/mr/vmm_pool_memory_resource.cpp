@@ -278,7 +278,7 @@ void* vmm_pool_memory_resource::hand_out_small(detail::small_pages::block const&
     try {
       order_after(taken.streams, find_slot(stream.value()), stream.value());
     } catch (...) {
-      free_into_page(taken.address, 0);
+      free_into_page(taken.address, taken.streams);
       throw;
     }
   }
@@ -383,6 +383,9 @@ std::uintptr_t vmm_pool_memory_resource::cache_key(cuda_stream_view stream) noex
 
 bool vmm_pool_memory_resource::cache_freed_block(cuda_stream_view stream, std::size_t size, std::uintptr_t address)
 {
+  // Only the default streams: a block cached for an explicit stream serves only that stream on this thread,
+  // and programs that spread work over explicit streams allocate on one and free on another.
+  if (!stream.is_default() && !stream.is_per_thread_default()) { return false; }
   detail::thread_cache* const mine = caches_.local();
   if (mine == nullptr) { return false; }
   detail::lock_guard cache_lock{mine->lock};
@@ -450,12 +453,6 @@ std::size_t vmm_pool_memory_resource::bytes_in_thread_caches() const noexcept { 
 
 void vmm_pool_memory_resource::stream_destroying(cudaStream_t stream) noexcept
 {
-  if (thread_cache_limit_ != 0) {  // that stream's cached blocks go to their pages while the stream still lives
-    std::uintptr_t const key = cache_key(cuda_stream_view{stream});
-    caches_.for_each([&](detail::block_cache& cache) {
-      cache.spill_all(key, [this](detail::block_cache::spill_batch const& batch) noexcept { spill(batch, false); });
-    });
-  }
   detail::lock_guard lock{mutex_};
   for (auto& slot : slots_) {
     if (!slot.in_use || slot.stream != stream || slot.thread != 0) { continue; }

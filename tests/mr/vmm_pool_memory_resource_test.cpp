@@ -194,6 +194,12 @@ TEST(vmm_pool_memory_resource, bad_options_are_logic_errors_naming_them)
 
 // ---- small blocks and thread caches -----------------------------------------------------------------------------
 
+vmm_pool_options with_thread_caches(vmm_pool_options options)
+{
+  options.thread_cache_limit = 64 * 1024;  // off by default
+  return options;
+}
+
 TEST(vmm_pool_memory_resource, small_blocks_share_a_page_that_goes_back_to_the_heap_when_empty)
 {
   simulated_vmm_provider provider;
@@ -228,69 +234,72 @@ TEST(vmm_pool_memory_resource, small_blocks_share_a_page_that_goes_back_to_the_h
   (void)stream.synchronize();
 }
 
-TEST(vmm_pool_memory_resource, a_small_block_comes_back_from_the_thread_cache_on_its_stream_and_thread)
+TEST(vmm_pool_memory_resource, a_small_block_freed_on_a_default_stream_comes_back_from_the_thread_cache_on_that_stream_and_thread)
 {
   simulated_vmm_provider provider;
-  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
-  cuda_stream a;
-  cuda_stream b;
-  void* const p = pool.allocate(1000, a.view());
-  pool.deallocate(p, 1000, a.view());
+  vmm_pool_memory_resource pool{borrow(provider), with_thread_caches(slabs_of(granule))};
+  cuda_stream_view const a{};                     // the legacy default stream
+  cuda_stream_view const b{cudaStreamPerThread};  // this thread's per-thread default stream
+  void* const p = pool.allocate(1000, a);
+  pool.deallocate(p, 1000, a);
   EXPECT_EQ(pool.bytes_in_thread_caches(), 1024U) << "a 1000-byte request is served by the 1 KiB class";
   EXPECT_EQ(pool.bytes_in_use(), 0U);
-  EXPECT_EQ(pool.allocate(1024, a.view()), p) << "same class, same stream, same thread: from the cache";
+  EXPECT_EQ(pool.allocate(1024, a), p) << "same class, same stream, same thread: from the cache";
   EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
-  pool.deallocate(p, 1024, a.view());
-  void* const other_stream = pool.allocate(1024, b.view());
+  pool.deallocate(p, 1024, a);
+  void* const other_stream = pool.allocate(1024, b);
   EXPECT_NE(other_stream, p) << "another stream does not take a cached block";
   void* from_other_thread = nullptr;
-  std::thread{[&] { from_other_thread = pool.allocate(1024, a.view()); }}.join();
+  std::thread{[&] { from_other_thread = pool.allocate(1024, a); }}.join();
   EXPECT_NE(from_other_thread, p) << "nor does another thread";
-  pool.deallocate(other_stream, 1024, b.view());
-  pool.deallocate(from_other_thread, 1024, a.view());
-  EXPECT_THROW(pool.checked_deallocate(p, 1024, a.view()), logic_error) << "a double free found in the cache slot";
-  EXPECT_GT(pool.bytes_in_thread_caches(), 0U);
+  pool.deallocate(other_stream, 1024, b);
+  pool.deallocate(from_other_thread, 1024, a);
+  EXPECT_THROW(pool.checked_deallocate(p, 1024, a), logic_error) << "a double free found in the cache slot";
+  EXPECT_EQ(pool.bytes_in_thread_caches(), 3U * 1024);
   pool.flush_thread_caches();
   EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
   EXPECT_EQ(pool.small_page_count(), 0U) << "flushed into its page, which then went back";
   pool.check_invariants();
-  (void)a.synchronize();
   (void)b.synchronize();
 }
 
-TEST(vmm_pool_memory_resource, cached_blocks_go_back_before_the_pool_grows_and_when_their_stream_dies)
+TEST(vmm_pool_memory_resource, a_small_block_freed_on_an_explicit_stream_goes_to_its_page_not_a_cache)
 {
   simulated_vmm_provider provider;
-  vmm_pool_options options = slabs_of(granule);
+  vmm_pool_memory_resource pool{borrow(provider), with_thread_caches(slabs_of(granule))};
+  cuda_stream s;
+  void* const p = pool.allocate(4096, s.view());
+  pool.deallocate(p, 4096, s.view());
+  EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
+  EXPECT_EQ(pool.small_page_count(), 0U) << "its page emptied and went back to the heap";
+  EXPECT_EQ(pool.largest_free_block(), pool.physical_bytes());
+  pool.check_invariants();
+  (void)s.synchronize();
+}
+
+TEST(vmm_pool_memory_resource, cached_blocks_go_back_before_the_pool_grows)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_options options = with_thread_caches(slabs_of(granule));
   options.mapping_divisor = 0;
   vmm_pool_memory_resource pool{borrow(provider), options};
-  std::size_t const physical = [&] {
-    cuda_stream s;
-    std::vector<void*> blocks;
-    for (int i = 0; i < 300; ++i) { blocks.push_back(pool.allocate(32 * 1024, s.view())); }  // 9.4 MiB in pages
-    std::size_t const held = pool.physical_bytes();
-    for (void* b : blocks) { pool.deallocate(b, 32 * 1024, s.view()); }
-    EXPECT_GT(pool.bytes_in_thread_caches(), 0U) << "some blocks stay in this thread's cache";
-    return held;
-  }();  // the stream is destroyed here: its cached blocks went to their pages first
-  EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
-  cuda_stream t;
-  std::vector<void*> more;
-  for (int i = 0; i < 300; ++i) { more.push_back(pool.allocate(32 * 1024, t.view())); }
-  for (std::size_t i = 0; i < more.size(); ++i) { pool.deallocate(more[i], 32 * 1024, t.view()); }
-  EXPECT_GT(pool.bytes_in_thread_caches(), 0U);
-  void* const big = pool.allocate(physical, t.view());  // all the pool holds: the cached blocks' pages too
+  std::vector<void*> blocks;
+  for (int i = 0; i < 300; ++i) { blocks.push_back(pool.allocate(32 * 1024)); }  // 9.4 MiB in pages
+  std::size_t const physical = pool.physical_bytes();
+  for (void* b : blocks) { pool.deallocate(b, 32 * 1024); }
+  EXPECT_GT(pool.bytes_in_thread_caches(), 0U) << "some blocks stay in this thread's cache";
+  EXPECT_GT(pool.small_page_count(), 0U) << "and keep their pages";
+  void* const big = pool.allocate(physical);  // all the pool holds: the cached blocks' pages too
   EXPECT_EQ(pool.physical_bytes(), physical) << "the cached blocks went back, so the big block needed no growth";
   EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
-  pool.deallocate(big, physical, t.view());
+  pool.deallocate(big, physical);
   pool.check_invariants();
-  (void)t.synchronize();
 }
 
 TEST(vmm_pool_memory_resource, a_threads_cache_goes_back_when_it_exits)
 {
   simulated_vmm_provider provider;
-  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  vmm_pool_memory_resource pool{borrow(provider), with_thread_caches(slabs_of(granule))};
   std::thread{[&] {
     void* p = pool.allocate(2048);
     pool.deallocate(p, 2048);

@@ -32,18 +32,19 @@
  * own size class (mr/detail/small_pages.hpp), each page one block of the heap, given back to it as soon as
  * its last block is freed. A small block thus never splits a large free range, and pins at most its page.
  *
- * Thread caches: a small block of at most vmm_pool_options::thread_cache_limit bytes freed on a stream that
- * gpumem may use after the call (the legacy default stream, the thread's own per-thread default stream,
- * announced streams: before_stream_destroy.hpp) goes into the freeing thread's cache
- * (mr/detail/block_cache.hpp), keyed by (stream, size class); a later request of that class on that stream
- * on that thread takes it back without the pool's mutex and without an event: stream order alone makes the
- * reuse safe, as in the pool of stream_ordered_memory_resource.hpp. Blocks leave a cache in batches into
- * their pages, with their stream's event rule applied once per batch: a full slot's older half, an evicted
- * slot, a thread's whole cache when it exits. Every cache is emptied into its pages before the pool takes a
- * new page or grows (so cached blocks never make it take more memory), before release_unused(), before it
- * fails, when an announced stream is about to be destroyed (that stream's blocks) and at destruction. A
- * thread hides at most block_cache::slot_count * thread_cache_limit * block_cache::slot_capacity bytes from
- * the others until one of those moments; free_bytes() counts them, bytes_in_use() does not.
+ * Thread caches: a small block of at most vmm_pool_options::thread_cache_limit bytes freed on a default
+ * stream (the legacy default stream, or the thread's own per-thread default stream) goes into the freeing
+ * thread's cache (mr/detail/block_cache.hpp), keyed by (stream, size class); a later request of that class on
+ * that stream on that thread takes it back without the pool's mutex and without an event: stream order alone
+ * makes the reuse safe, as in the pool of stream_ordered_memory_resource.hpp. Blocks freed on other streams go
+ * to their pages at once: a block cached for an explicit stream would serve only that stream on that thread,
+ * and programs that spread work over explicit streams free on one and allocate on another, so such blocks
+ * would sit unused and pin their pages. Blocks leave a cache in batches into their pages, with their stream's
+ * event rule applied once per batch: a full slot's older half, an evicted slot, a thread's whole cache when
+ * it exits. Every cache is emptied into its pages before the pool takes a new page or grows (so cached blocks
+ * never make it take more memory), before release_unused(), before it fails, and at destruction. A thread
+ * hides at most block_cache::slot_count * thread_cache_limit * block_cache::slot_capacity bytes from the
+ * others until one of those moments; free_bytes() counts them, bytes_in_use() does not.
  *
  * Cost: a cached allocate or deallocate takes the thread's cache lock (one uncontended atomic exchange), a
  * scan of its slots and no CUDA call. A small block otherwise takes the mutex and O(log p) in the p pages.
@@ -136,10 +137,12 @@ struct vmm_pool_options {
   /// served from pages of their size class (the file comment); 0: every request from the heap.
   std::size_t small_block_limit{std::size_t{128} << 10};
   /// Small blocks of at most this many bytes (at most small_block_limit) go through the thread caches (the
-  /// file comment); 0 turns the caches off, and so does a release_threshold (a cached block would keep its
-  /// page from the heap). Larger cached blocks pin their pages longer: on the PyTorch logs caching up to
-  /// 64 KiB kept every peak at or below that of the pool without caches.
-  std::size_t thread_cache_limit{std::size_t{64} << 10};
+  /// file comment); 0 (the default) turns the caches off, and so does a release_threshold (a cached block
+  /// would keep its page from the heap). Off by default: on the GPU the caches halved the time per operation
+  /// of loops of one size on one thread and sped up the generation logs, but slowed the training logs, and
+  /// when a log's threads are replayed concurrently, blocks freed by one thread and cached there pinned
+  /// pages the others could not use (docs/PERFORMANCE.md).
+  std::size_t thread_cache_limit{0};
 };
 
 /** @brief See the file comment. */

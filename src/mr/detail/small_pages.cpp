@@ -42,6 +42,7 @@ void set_bit(std::vector<std::uint64_t>& bits, std::size_t i, bool on) noexcept
 
 small_pages::small_pages(options const& o) : options_{o}
 {
+  spare_.reserve(spare_limit);
   expects(o.alignment > 0 && std::has_single_bit(o.alignment),
           "small_pages: alignment " + std::to_string(o.alignment) + " is not a power of two");
   expects(o.classes_per_doubling >= 1 && o.classes_per_doubling <= 16 && std::has_single_bit(o.classes_per_doubling),
@@ -78,6 +79,7 @@ small_pages::block small_pages::take_from(std::uintptr_t address, page& p)
     set_bit(p.is_free, index, false);
   } else {
     index = p.carved++;
+    p.streams[index] = p.first_streams;  // never used: the streams of the heap range the page came from
   }
   ++p.used;
   used_bytes_ += p.block_size;
@@ -124,15 +126,33 @@ small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t byt
   bool const overlaps_next = after != pages_.end() && after->first < address + size;
   bool const overlaps_previous = after != pages_.begin() && std::prev(after)->first + std::prev(after)->second.bytes > address;
   if (overlaps_next || overlaps_previous) { throw logic_error("small_pages: a page at " + hex(address) + " overlaps another"); }
-  page p;
+  // A retired page's node and vectors are reused: no heap allocation when a page of a class of at most the
+  // same number of blocks is added, and no work per block (blocks are set up as they are carved).
+  std::map<std::uintptr_t, page>::node_type node;
+  if (!spare_.empty()) {
+    node = std::move(spare_.back());
+    spare_.pop_back();
+    node.key() = address;
+  } else {
+    std::map<std::uintptr_t, page> one;
+    one.emplace(address, page{});  // may throw: nothing changed yet
+    node = one.extract(one.begin());
+  }
+  page& p = node.mapped();
   p.bytes = size;
   p.block_size = block_size;
   p.capacity = size / block_size;
-  p.streams.assign(p.capacity, streams);
+  p.carved = 0;
+  p.used = 0;
+  p.first_streams = streams;
+  p.newer = 0;
+  p.older = 0;
+  p.streams.resize(p.capacity);  // may throw (the node is dropped): nothing changed yet
   p.is_free.assign((p.capacity + 63) / 64, 0);
+  p.free.clear();
   p.free.reserve(p.capacity);
-  (void)newest_with_room_.try_emplace(block_size, 0);  // may throw: nothing changed yet
-  page& added = pages_.emplace(address, std::move(p)).first->second;
+  (void)newest_with_room_.try_emplace(block_size, 0);
+  page& added = pages_.insert(after, std::move(node))->second;
   page_bytes_ += size;
   list(address, added);  // unlisted by take_from when one block fills the page
   return take_from(address, added);
@@ -162,12 +182,15 @@ std::optional<small_pages::retired_page> small_pages::give_back(std::uintptr_t a
   used_bytes_ -= p.block_size;
   p.streams[index] = streams;
   if (p.used == 0) {  // retire at once: the heap coalesces it with its neighbours
-    std::uint64_t all = 0;
-    for (std::uint64_t const m : p.streams) { all |= m; }
+    std::uint64_t const all = streams_of(p);
     retired_page const out{base, p.bytes, all};
     if (!was_full) { unlist(base, p); }
     page_bytes_ -= p.bytes;
-    pages_.erase(it);
+    if (spare_.size() < spare_limit) {
+      spare_.push_back(pages_.extract(it));  // capacity reserved at construction: no throw
+    } else {
+      pages_.erase(it);
+    }
     return out;
   }
   if (was_full) { list(base, p); }
@@ -185,16 +208,22 @@ bool small_pages::owns(std::uintptr_t address) const noexcept
 void small_pages::forget_streams(std::uint64_t mask) noexcept
 {
   for (auto& [address, p] : pages_) {
-    for (std::uint64_t& m : p.streams) { m &= ~mask; }
+    for (std::size_t i = 0; i < p.carved; ++i) { p.streams[i] &= ~mask; }
+    p.first_streams &= ~mask;
   }
 }
 
 std::uint64_t small_pages::streams_in_use() const noexcept
 {
   std::uint64_t mask = 0;
-  for (auto const& [address, p] : pages_) {
-    for (std::uint64_t const m : p.streams) { mask |= m; }
-  }
+  for (auto const& [address, p] : pages_) { mask |= streams_of(p); }
+  return mask;
+}
+
+std::uint64_t small_pages::streams_of(page const& p) noexcept
+{
+  std::uint64_t mask = p.carved < p.capacity ? p.first_streams : 0;
+  for (std::size_t i = 0; i < p.carved; ++i) { mask |= p.streams[i]; }
   return mask;
 }
 
