@@ -267,9 +267,13 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
                       checked<std::vector<int>, "peer_devices"> peer_devices,
                       checked<std::optional<std::size_t>, "release_threshold"> release_threshold,
                       checked<std::optional<std::size_t>, "max_mapping_size"> max_mapping_size,
-                      checked<std::size_t, "mapping_divisor"> mapping_divisor) {
+                      checked<std::size_t, "mapping_divisor"> mapping_divisor,
+                      checked<std::size_t, "small_block_limit"> small_block_limit,
+                      checked<std::size_t, "thread_cache_limit"> thread_cache_limit) {
             py::gil_scoped_release const release;
             mr::vmm_pool_options options;
+            options.small_block_limit = small_block_limit.value;
+            options.thread_cache_limit = thread_cache_limit.value;
             options.slab_size = slab_size.value;
             options.reservation_size = reservation_size.value;
             options.maximum_physical_size = maximum_physical_size.value;
@@ -283,6 +287,8 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
           py::arg("maximum_physical_size") = py::none(), py::arg("peer_devices") = std::vector<int>{},
           py::arg("release_threshold") = py::none(), py::arg("max_mapping_size") = py::none(),
           py::arg("mapping_divisor") = mr::vmm_pool_options{}.mapping_divisor,
+          py::arg("small_block_limit") = mr::vmm_pool_options{}.small_block_limit,
+          py::arg("thread_cache_limit") = mr::vmm_pool_options{}.thread_cache_limit,
           "A pool on the current device. slab_size: bytes of physical memory per slab (rounded up to the "
           "device's granularity); reservation_size: virtual address space to reserve (None: 4 x the device's "
           "memory); maximum_physical_size: a cap (None: the device's); peer_devices: devices that may access "
@@ -291,8 +297,12 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
           "physical memory one growth creates (None: no cap but mapping_divisor's; larger pieces grow faster, but "
           "move and go back only whole); mapping_divisor: N > 0 (default 64) lets a piece cover up to 1/N of the "
           "memory the pool holds when it grows (at most max_mapping_size when given; 0: pieces of "
-          "max_mapping_size, one slab when that is None). Raises ValueError when the device "
-          "has no virtual memory management or an option is bad.");
+          "max_mapping_size, one slab when that is None); small_block_limit: requests of at most this many bytes "
+          "(default 128 KiB, a multiple of 256) come from pages of their size class, which go back to the pool "
+          "when empty (0: none); thread_cache_limit: small blocks of at most this many bytes "
+          "freed on a default stream go through the freeing thread's cache (default 0: none; none either "
+          "with a release_threshold). Raises ValueError when the device has no virtual memory management or an "
+          "option is bad.");
   vmm.def("release_unused", &mr::vmm_pool_memory_resource::release_unused, py::call_guard<py::gil_scoped_release>(),
           "Unmaps and releases every wholly free slab once the streams that freed memory in it are done; "
           "returns the bytes given back to the device.");
@@ -306,6 +316,17 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
     "Caps the physical memory the pool may hold (None: no cap but the device's); growth beyond it raises "
     "OutOfMemoryError. A cap below what the pool holds gives nothing back (release_unused() does). Raises "
     "ValueError for a cap below one slab.");
+  vmm.def("flush_thread_caches", &mr::vmm_pool_memory_resource::flush_thread_caches,
+          py::call_guard<py::gil_scoped_release>(),
+          "Moves the blocks every thread holds in its cache back into the pool's pages.");
+  vmm.def_property_readonly("bytes_in_thread_caches", &mr::vmm_pool_memory_resource::bytes_in_thread_caches,
+                            "Bytes of freed small blocks held in thread caches (counted in free_bytes).");
+  vmm.def_property_readonly("small_block_limit", &mr::vmm_pool_memory_resource::small_block_limit,
+                            "The largest request served from pages of small blocks (0: none).");
+  vmm.def_property_readonly("thread_cache_limit", &mr::vmm_pool_memory_resource::thread_cache_limit,
+                            "The largest block the thread caches hold (0: none).");
+  vmm.def_property_readonly("small_page_count", &mr::vmm_pool_memory_resource::small_page_count,
+                            "Pages of small blocks held now.");
   vmm.def_property_readonly("maximum_physical_size", &mr::vmm_pool_memory_resource::maximum_physical_size,
                             "The cap on the pool's physical memory, or None.");
   vmm.def("reset_peak_physical_bytes", &mr::vmm_pool_memory_resource::reset_peak_physical_bytes,
@@ -320,7 +341,7 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
   vmm.def_property_readonly("reservation_size", &mr::vmm_pool_memory_resource::reservation_size,
                             "Bytes of virtual address space reserved for the pool's blocks.");
   vmm.def_property_readonly("bytes_in_use", &mr::vmm_pool_memory_resource::bytes_in_use,
-                            "Bytes handed out and not yet freed (each block rounded up to 256).");
+                            "Bytes handed out and not yet freed (each block rounded up to 256, a small one to its size class).");
   vmm.def_property_readonly("physical_bytes", &mr::vmm_pool_memory_resource::physical_bytes,
                             "Bytes of physical memory the pool holds now.");
   vmm.def_property_readonly("peak_physical_bytes", &mr::vmm_pool_memory_resource::peak_physical_bytes,

@@ -437,6 +437,8 @@ case("gpumem.mr.VmmPoolMemoryResource.release_unused")(
     lambda: (mr.VmmPoolMemoryResource(2 << 20, reservation_size=64 << 20).release_unused, {}))
 case("gpumem.mr.VmmPoolMemoryResource.set_maximum_physical_size")(
     lambda: (mr.VmmPoolMemoryResource(2 << 20, reservation_size=64 << 20).set_maximum_physical_size, dict(bytes=None)))
+case("gpumem.mr.VmmPoolMemoryResource.flush_thread_caches")(
+    lambda: (mr.VmmPoolMemoryResource(2 << 20, reservation_size=64 << 20, thread_cache_limit=64 << 10).flush_thread_caches, {}))
 case("gpumem.mr.VmmPoolMemoryResource.reset_peak_physical_bytes")(
     lambda: (mr.VmmPoolMemoryResource(2 << 20, reservation_size=64 << 20).reset_peak_physical_bytes, {}))
 case("gpumem.mr.ArenaMemoryResource")(lambda: (mr.ArenaMemoryResource, dict(

@@ -369,6 +369,31 @@ def test_vmm_pool_release_threshold_gives_memory_back_on_free():
     assert pool.physical_bytes == 0
 
 
+def test_vmm_pool_small_blocks_come_from_pages_and_go_through_the_thread_cache():
+    assert mr.VmmPoolMemoryResource(slab_size=2 << 20).thread_cache_limit == 0  # caches are off by default
+    pool = mr.VmmPoolMemoryResource(slab_size=2 << 20, thread_cache_limit=64 << 10)
+    assert (pool.small_block_limit, pool.thread_cache_limit) == (128 << 10, 64 << 10)
+    ptr = pool.allocate(1000)
+    assert pool.small_page_count == 1 and pool.bytes_in_use == 1024  # the 1 KiB size class
+    pool.deallocate(ptr, 1000)
+    assert pool.bytes_in_thread_caches == 1024 and pool.bytes_in_use == 0
+    assert pool.allocate(1024) == ptr  # back from this thread's cache, on the same (default) stream
+    pool.deallocate(ptr, 1024)
+    pool.flush_thread_caches()
+    assert pool.bytes_in_thread_caches == 0 and pool.small_page_count == 0  # the empty page went back
+    assert pool.release_unused() == 2 << 20 and pool.physical_bytes == 0
+    plain = mr.VmmPoolMemoryResource(slab_size=2 << 20, small_block_limit=0, thread_cache_limit=0)
+    assert plain.small_block_limit == 0 and plain.small_page_count == 0
+    p = plain.allocate(1000)
+    assert plain.bytes_in_use == 1024 and plain.small_page_count == 0  # from the heap itself
+    plain.deallocate(p, 1000)
+    assert mr.VmmPoolMemoryResource(slab_size=2 << 20, release_threshold=0, thread_cache_limit=64 << 10).thread_cache_limit == 0
+    with pytest.raises(ValueError, match="small_block_limit"):
+        mr.VmmPoolMemoryResource(slab_size=2 << 20, small_block_limit=1000)
+    with pytest.raises(ValueError, match="thread_cache_limit"):
+        mr.VmmPoolMemoryResource(slab_size=2 << 20, small_block_limit=64 << 10, thread_cache_limit=128 << 10)
+
+
 def test_vmm_pool_pieces_of_several_slabs():
     pool = mr.VmmPoolMemoryResource(slab_size=2 << 20, max_mapping_size=(6 << 20) + 1, mapping_divisor=0)
     assert pool.max_mapping_size == 6 << 20  # rounded down to whole slabs

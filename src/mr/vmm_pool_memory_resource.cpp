@@ -72,6 +72,23 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
   std::size_t const granularity = provider_->granularity();
   std::size_t const slab = detail::round_up_option(resource_name, "slab_size", options.slab_size, granularity);
   mapping_divisor_ = options.mapping_divisor;
+  if (options.small_block_limit != 0) {
+    if (options.small_block_limit % detail::allocation_alignment != 0 ||
+        options.small_block_limit > detail::block_cache::largest_cached_block) {
+      detail::throw_option_error(resource_name, "small_block_limit", options.small_block_limit,
+                                 "is not a multiple of 256 bytes of at most " +
+                                   std::to_string(detail::block_cache::largest_cached_block));
+    }
+    small_block_limit_ = options.small_block_limit;
+    pages_.emplace(detail::small_pages::options{.small_limit = options.small_block_limit});
+  }
+  if (options.thread_cache_limit > small_block_limit_) {
+    detail::throw_option_error(resource_name, "thread_cache_limit", options.thread_cache_limit,
+                               "is above small_block_limit (" + std::to_string(small_block_limit_) +
+                                 "): only blocks of pages are cached");
+  }
+  // With a release threshold the pool follows its live bytes: no cache keeps a page from going back.
+  thread_cache_limit_ = options.release_threshold ? 0 : options.thread_cache_limit;
   max_mapping_slabs_ = std::max<std::size_t>(1, options.max_mapping_size.value_or(slab) / slab);
   if (options.reservation_size) {
     expects(*options.reservation_size >= slab, "reservation_size " + std::to_string(*options.reservation_size) +
@@ -100,6 +117,7 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
 vmm_pool_memory_resource::~vmm_pool_memory_resource()
 {
   detail::remove_stream_destroy_listener(this);
+  caches_.detach_all([this](detail::block_cache& cache) { cache.spill_all(std::nullopt, [this](auto const& batch) noexcept { spill(batch, false); }); });
   detail::lock_guard lock{mutex_};
   detail::backend& be = detail::get_backend();
   // Wait for every stream that freed memory here, then take everything down.
@@ -152,7 +170,8 @@ std::optional<unsigned> vmm_pool_memory_resource::slot_of(cudaStream_t stream)
       if (slots_[i].recorded_since_free && be.event_query(slots_[i].event)) { done |= std::uint64_t{1} << i; }
     }
     heap_->forget_streams(done);
-    std::uint64_t const carried = heap_->streams_in_use();
+    if (pages_) { pages_->forget_streams(done); }
+    std::uint64_t const carried = heap_->streams_in_use() | (pages_ ? pages_->streams_in_use() : 0);
     for (unsigned i = 0; i < slots_.size(); ++i) {
       if ((carried & (std::uint64_t{1} << i)) == 0) {
         slots_[i].in_use = false;
@@ -209,54 +228,114 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
 {
   checked_call const check{*this, invariant_sampler_, checked_name, "allocate"};
   auto const rounded = detail::checked_align_up(bytes, detail::allocation_alignment);
+  if (std::size_t const size = rounded ? small_class(*rounded) : 0; size != 0 && size <= thread_cache_limit_) {
+    if (detail::thread_cache* const mine = caches_.local()) {  // the thread's cache: no mutex, no event
+      detail::lock_guard cache_lock{mine->lock};
+      if (!mine->detached) {
+        if (auto const address = mine->cache.pop(cache_key(stream), size)) { return reinterpret_cast<void*>(*address); }
+      }
+    }
+  }
+  if (rounded) {
+    detail::lock_guard lock{mutex_};
+    if (void* p = try_take(*rounded, stream, false)) { return p; }
+  }
+  drain_thread_caches();  // before growing or failing: cached blocks first
   detail::lock_guard lock{mutex_};  // before fail(), which describes the heap
   if (!rounded) { fail(bytes, "the size overflows when rounded up to 256 bytes"); }
-  auto taken = heap_->take(*rounded);
-  if (!taken) {
-    grow(bytes, *rounded);
-    taken = heap_->take(*rounded);
-    if (!taken) { fail(bytes, "internal error: no block after growing"); }
+  if (void* p = try_take(*rounded, stream, true)) { return p; }
+  std::size_t const size = small_class(*rounded);
+  grow(bytes, size != 0 ? pages_->page_bytes_for(size) : *rounded);
+  if (void* p = try_take(*rounded, stream, true)) { return p; }
+  fail(bytes, "internal error: no block after growing");
+}
+
+void* vmm_pool_memory_resource::try_take(std::size_t rounded, cuda_stream_view stream, bool may_add_page)
+{
+  if (small_class(rounded) == 0) {
+    auto const taken = heap_->take(rounded);
+    return taken ? hand_out(*taken, rounded, stream) : nullptr;
   }
-  if (taken->streams != 0) {
+  if (auto const block = pages_->take(rounded)) { return hand_out_small(*block, stream); }
+  if (!may_add_page) { return nullptr; }
+  std::size_t const page = pages_->page_bytes_for(pages_->class_of(rounded));
+  auto const taken = heap_->take(page);
+  if (!taken) { return nullptr; }
+  detail::small_pages::block block{};
+  try {
+    block = pages_->add_page(taken->address, rounded, taken->streams);
+  } catch (...) {
+    heap_->give_back(taken->address, page, taken->streams);
+    throw;
+  }
+  bytes_in_use_ += page;  // the heap's view: the whole page is in use
+  return hand_out_small(block, stream);
+}
+
+void* vmm_pool_memory_resource::hand_out_small(detail::small_pages::block const& taken, cuda_stream_view stream)
+{
+  if (taken.streams != 0) {
     try {
-      // A block of our own stream needs no wait; a stream beyond the slots never has one.
-      order_after(taken->streams, find_slot(stream.value()), stream.value());
+      order_after(taken.streams, find_slot(stream.value()), stream.value());
     } catch (...) {
-      heap_->give_back(taken->address, *rounded, taken->streams);
+      free_into_page(taken.address, taken.streams);
       throw;
     }
   }
-  bytes_in_use_ += *rounded;
-  return reinterpret_cast<void*>(taken->address);
+  return reinterpret_cast<void*>(taken.address);
+}
+
+void vmm_pool_memory_resource::free_into_page(std::uintptr_t address, std::uint64_t mask)
+{
+  if (auto const retired = pages_->give_back(address, mask)) {  // its last block: the page goes back at once
+    heap_->give_back(retired->address, retired->bytes, retired->streams);
+    bytes_in_use_ -= retired->bytes;
+  }
+}
+
+// Not analysed: class_of reads only the page shape, fixed at construction.
+std::size_t vmm_pool_memory_resource::small_class(std::size_t rounded) const noexcept GPUMEM_NO_THREAD_SAFETY_ANALYSIS
+{
+  return rounded != 0 && rounded <= small_block_limit_ ? pages_->class_of(rounded) : 0;
+}
+
+void* vmm_pool_memory_resource::hand_out(detail::virtual_heap::block const& taken, std::size_t rounded,
+                                         cuda_stream_view stream)
+{
+  if (taken.streams != 0) {
+    try {
+      // A block of our own stream needs no wait; a stream beyond the slots never has one.
+      order_after(taken.streams, find_slot(stream.value()), stream.value());
+    } catch (...) {
+      heap_->give_back(taken.address, rounded, taken.streams);
+      throw;
+    }
+  }
+  bytes_in_use_ += rounded;
+  return reinterpret_cast<void*>(taken.address);
 }
 
 void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept
 {
   checked_call const check{*this, invariant_sampler_, checked_name, "deallocate"};
   std::size_t const rounded = detail::checked_align_up(bytes, detail::allocation_alignment).value_or(bytes);
+  auto const address = reinterpret_cast<std::uintptr_t>(ptr);
+  // Only a block inside the reservation, whole and aligned, may enter a cache: anything else goes to the
+  // heap, which refuses it with a message.
+  std::size_t const size = small_class(rounded);
+  if (size != 0 && size <= thread_cache_limit_ && address % detail::allocation_alignment == 0 && address >= reservation_ &&
+      address - reservation_ < reservation_size_ && size <= reservation_size_ - (address - reservation_)) {
+    try {
+      if (cache_freed_block(stream, size, address)) { return; }
+    } catch (logic_error const& e) {  // a double free of a block in this thread's cache (cache unchanged)
+      detail::report_deallocation_misuse(std::string{"vmm_pool_memory_resource::deallocate("} + format_pointer(ptr) +
+                                         ", " + std::to_string(bytes) + " bytes): " + e.what());
+      return;
+    }
+  }
   detail::lock_guard lock{mutex_};
   try {
-    std::optional<unsigned> const slot = slot_of(stream.value());
-    std::uint64_t mask = 0;
-    if (slot) {
-      stream_slot& s = slots_[*slot];
-      mask = std::uint64_t{1} << *slot;
-      if (s.record_at_free) {
-        detail::get_backend().event_record(s.event, s.stream);
-        s.recorded_since_free = true;
-      } else {
-        s.recorded_since_free = false;
-      }
-    } else {
-      detail::get_backend().stream_synchronize(stream.value());  // beyond the slots: safe for every stream now
-    }
-    heap_->give_back(reinterpret_cast<std::uintptr_t>(ptr), rounded, mask);
-    bytes_in_use_ -= rounded;
-    // O(1) test first: only when the free bytes could hold more than the threshold in whole slabs.
-    if (release_threshold_ && heap_->free_bytes() >= *release_threshold_ &&
-        heap_->free_bytes() - *release_threshold_ >= heap_->slab_size()) {
-      release_over_threshold();
-    }
+    free_into_heap(address, rounded, stream.value());
   } catch (logic_error const& e) {  // a double free or a foreign pointer (virtual_heap::give_back); unchanged
     detail::report_deallocation_misuse(std::string{"vmm_pool_memory_resource::deallocate("} + format_pointer(ptr) +
                                        ", " + std::to_string(bytes) + " bytes): " + e.what());
@@ -265,6 +344,112 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
                                             ", " + std::to_string(bytes) + " bytes) ignored: " + e.what());
   }
 }
+
+void vmm_pool_memory_resource::free_into_heap(std::uintptr_t address, std::size_t rounded, cudaStream_t stream)
+{
+  std::optional<unsigned> const slot = slot_of(stream);
+  std::uint64_t mask = 0;
+  if (slot) {
+    stream_slot& s = slots_[*slot];
+    mask = std::uint64_t{1} << *slot;
+    if (s.record_at_free) {
+      detail::get_backend().event_record(s.event, s.stream);
+      s.recorded_since_free = true;
+    } else {
+      s.recorded_since_free = false;
+    }
+  } else {
+    detail::get_backend().stream_synchronize(stream);  // beyond the slots: safe for every stream now
+  }
+  if (small_class(rounded) != 0) {
+    free_into_page(address, mask);
+  } else {
+    heap_->give_back(address, rounded, mask);
+    bytes_in_use_ -= rounded;
+  }
+  // O(1) test first: only when the free bytes could hold more than the threshold in whole slabs.
+  if (release_threshold_ && heap_->free_bytes() >= *release_threshold_ &&
+      heap_->free_bytes() - *release_threshold_ >= heap_->slab_size()) {
+    release_over_threshold();
+  }
+}
+
+// ---- thread caches ----------------------------------------------------------------------------------------
+
+std::uintptr_t vmm_pool_memory_resource::cache_key(cuda_stream_view stream) noexcept
+{
+  return stream.is_default() ? 0 : reinterpret_cast<std::uintptr_t>(stream.value());
+}
+
+bool vmm_pool_memory_resource::cache_freed_block(cuda_stream_view stream, std::size_t size, std::uintptr_t address)
+{
+  // Only the default streams: a block cached for an explicit stream serves only that stream on this thread,
+  // and programs that spread work over explicit streams allocate on one and free on another.
+  if (!stream.is_default() && !stream.is_per_thread_default()) { return false; }
+  detail::thread_cache* const mine = caches_.local();
+  if (mine == nullptr) { return false; }
+  detail::lock_guard cache_lock{mine->lock};
+  if (mine->detached) { return false; }
+  std::uintptr_t const key = cache_key(stream);
+  auto const spill_here = [this](detail::block_cache::spill_batch const& batch) noexcept { spill(batch, true); };
+  if (mine->cache.push_to_slot(key, size, address, spill_here)) { return true; }
+  // A new slot only for a stream gpumem may use later (a slot is emptied before its stream is destroyed).
+  if (!mine->cache.has_stream(key) && !detail::stream_outlives_calls(stream)) { return false; }
+  mine->cache.push(key, size, address, spill_here);
+  return true;
+}
+
+void vmm_pool_memory_resource::spill(detail::block_cache::spill_batch const& batch, bool own_thread) noexcept
+{
+  auto const handle = reinterpret_cast<cudaStream_t>(batch.stream);  // NOLINT(performance-no-int-to-ptr)
+  cudaStream_t const stream = (handle == cudaStreamPerThread && !own_thread) ? cudaStream_t{} : handle;
+  detail::lock_guard lock{mutex_};
+  for (std::uintptr_t const address : batch.addresses) {
+    try {
+      free_into_heap(address, batch.block_size, stream);
+    } catch (logic_error const& e) {  // a block freed twice, once into a cache and once into the heap
+      detail::report_deallocation_misuse(std::string{"vmm_pool_memory_resource::deallocate("} +
+                                         format_pointer(reinterpret_cast<void*>(address)) + ", " +  // NOLINT(performance-no-int-to-ptr)
+                                         std::to_string(batch.block_size) + " bytes): " + e.what());
+    } catch (std::exception const& e) {
+      detail::log(log_level::error, std::string{"vmm_pool_memory_resource: a block leaving a thread cache was lost: "} + e.what());
+    }
+  }
+}
+
+void vmm_pool_memory_resource::drain_thread_caches() noexcept
+{
+  if (thread_cache_limit_ == 0) { return; }
+  caches_.for_each([this](detail::block_cache& cache) {
+    cache.spill_all(std::nullopt, [this](detail::block_cache::spill_batch const& batch) noexcept { spill(batch, false); });
+  });
+}
+
+void vmm_pool_memory_resource::flush_thread_caches() noexcept
+{
+  checked_call const check{*this, invariant_sampler_, checked_name, "flush_thread_caches"};
+  drain_thread_caches();
+}
+
+void vmm_pool_memory_resource::thread_exiting(detail::block_cache& cache) noexcept
+{
+  // Not own_thread: the exiting thread's per-thread default stream may be gone already.
+  cache.spill_all(std::nullopt, [this](detail::block_cache::spill_batch const& batch) noexcept { spill(batch, false); });
+}
+
+std::pair<std::size_t, std::size_t> vmm_pool_memory_resource::cached_totals() const noexcept
+{
+  std::size_t bytes = 0;
+  std::size_t largest = 0;
+  if (thread_cache_limit_ == 0) { return {0, 0}; }
+  caches_.for_each([&](detail::block_cache const& cache) {
+    bytes += cache.cached_bytes();
+    largest = std::max(largest, cache.largest());
+  });
+  return {bytes, largest};
+}
+
+std::size_t vmm_pool_memory_resource::bytes_in_thread_caches() const noexcept { return cached_totals().first; }
 
 void vmm_pool_memory_resource::stream_destroying(cudaStream_t stream) noexcept
 {
@@ -434,6 +619,7 @@ std::size_t vmm_pool_memory_resource::release_mappings(std::vector<detail::virtu
 std::size_t vmm_pool_memory_resource::release_unused()
 {
   checked_call const check{*this, invariant_sampler_, checked_name, "release_unused"};
+  drain_thread_caches();
   detail::lock_guard lock{mutex_};
   return release_mappings(heap_->wholly_free_mappings());
 }
@@ -495,11 +681,8 @@ std::size_t vmm_pool_memory_resource::max_mapping_size() const noexcept GPUMEM_N
     detail::lock_guard lock{mutex_};                                     \
     return expression;                                                \
   }
-GPUMEM_VMM_POOL_GETTER(bytes_in_use, bytes_in_use_)
 GPUMEM_VMM_POOL_GETTER(physical_bytes, heap_->backed_bytes())
 GPUMEM_VMM_POOL_GETTER(peak_physical_bytes, peak_physical_)
-GPUMEM_VMM_POOL_GETTER(free_bytes, heap_->free_bytes())
-GPUMEM_VMM_POOL_GETTER(largest_free_block, heap_->largest_free_range())
 GPUMEM_VMM_POOL_GETTER(slab_count, heap_->slab_count())
 GPUMEM_VMM_POOL_GETTER(mapping_count, heap_->mapping_count())
 GPUMEM_VMM_POOL_GETTER(slabs_created, created_)
@@ -507,10 +690,39 @@ GPUMEM_VMM_POOL_GETTER(slabs_moved, moved_)
 GPUMEM_VMM_POOL_GETTER(slabs_released, released_)
 #undef GPUMEM_VMM_POOL_GETTER
 
+// The caches are read before the mutex is taken (lock order): a block moving between them meanwhile may be
+// counted in neither or in both, as with any figure read while other threads allocate.
+std::size_t vmm_pool_memory_resource::bytes_in_use() const noexcept
+{
+  std::size_t const cached = cached_totals().first;
+  detail::lock_guard lock{mutex_};
+  std::size_t const in_pages = pages_ ? pages_->page_bytes() - pages_->used_bytes() : 0;  // free blocks of pages
+  std::size_t const out = bytes_in_use_ - in_pages;
+  return out >= cached ? out - cached : 0;
+}
+std::size_t vmm_pool_memory_resource::free_bytes() const noexcept
+{
+  std::size_t const cached = cached_totals().first;
+  detail::lock_guard lock{mutex_};
+  return heap_->free_bytes() + (pages_ ? pages_->page_bytes() - pages_->used_bytes() : 0) + cached;
+}
+std::size_t vmm_pool_memory_resource::small_page_count() const noexcept
+{
+  detail::lock_guard lock{mutex_};
+  return pages_ ? pages_->page_count() : 0;
+}
+std::size_t vmm_pool_memory_resource::largest_free_block() const noexcept
+{
+  std::size_t const cached = cached_totals().second;
+  detail::lock_guard lock{mutex_};
+  return std::max(heap_->largest_free_range(), cached);
+}
+
 void vmm_pool_memory_resource::check_invariants() const
 {
   detail::lock_guard lock{mutex_};
   heap_->check_invariants();
+  if (pages_) { pages_->check_invariants(); }
   if (heap_->free_bytes() + bytes_in_use_ != heap_->backed_bytes()) {
     throw logic_error("vmm_pool_memory_resource invariant violated: free " + std::to_string(heap_->free_bytes()) +
                       " + in use " + std::to_string(bytes_in_use_) + " != backed " +

@@ -182,6 +182,132 @@ TEST(vmm_pool_memory_resource, bad_options_are_logic_errors_naming_them)
   vmm_pool_options peers;
   peers.peer_devices = {9999};
   EXPECT_THROW(vmm_pool_memory_resource{peers}, logic_error) << "a peer device that does not exist";
+  vmm_pool_options small = slabs_of(4 * MiB);
+  small.small_block_limit = 1000;
+  expect_rejected(small, "small_block_limit");
+  small.small_block_limit = 32 * MiB;
+  expect_rejected(small, "small_block_limit");
+  small.small_block_limit = 64 * 1024;
+  small.thread_cache_limit = 128 * 1024;
+  expect_rejected(small, "thread_cache_limit");
+}
+
+// ---- small blocks and thread caches -----------------------------------------------------------------------------
+
+vmm_pool_options with_thread_caches(vmm_pool_options options)
+{
+  options.thread_cache_limit = 64 * 1024;  // off by default
+  return options;
+}
+
+TEST(vmm_pool_memory_resource, small_blocks_share_a_page_that_goes_back_to_the_heap_when_empty)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_options options = slabs_of(granule);
+  options.thread_cache_limit = 0;  // pages alone
+  vmm_pool_memory_resource pool{borrow(provider), options};
+  cuda_stream stream;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) { blocks.push_back(pool.allocate(4096, stream.view())); }
+  EXPECT_EQ(pool.small_page_count(), 1U) << "64 blocks of 4 KiB fit one page";
+  EXPECT_EQ(pool.bytes_in_use(), 64U * 4096);
+  for (std::size_t i = 1; i < blocks.size(); ++i) {
+    EXPECT_EQ(static_cast<char*>(blocks[i]) - static_cast<char*>(blocks[i - 1]), 4096) << "carved in order";
+  }
+  void* const large = pool.allocate(MiB, stream.view());
+  EXPECT_FALSE(static_cast<char*>(large) >= static_cast<char*>(blocks.front()) &&
+               static_cast<char*>(large) < static_cast<char*>(blocks.front()) + 512 * 1024)
+    << "a large block never comes from a page";
+  for (void* b : blocks) { pool.deallocate(b, 4096, stream.view()); }
+  EXPECT_EQ(pool.small_page_count(), 0U) << "the empty page went back at once";
+  EXPECT_EQ(pool.bytes_in_use(), MiB);
+  pool.deallocate(large, MiB, stream.view());
+  pool.check_invariants();
+  EXPECT_EQ(pool.largest_free_block(), pool.physical_bytes()) << "the page coalesced with the rest";
+  void* const q = pool.allocate(4096, stream.view());
+  EXPECT_THROW(pool.checked_deallocate(static_cast<char*>(q) + 256, 4096, stream.view()), logic_error)
+    << "not the start of a block of its page";
+  pool.deallocate(q, 4096, stream.view());
+  EXPECT_THROW(pool.checked_deallocate(q, 4096, stream.view()), logic_error) << "a double free into its page";
+  pool.check_invariants();
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+  (void)stream.synchronize();
+}
+
+TEST(vmm_pool_memory_resource, a_small_block_freed_on_a_default_stream_comes_back_from_the_thread_cache_on_that_stream_and_thread)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), with_thread_caches(slabs_of(granule))};
+  cuda_stream_view const a{};                     // the legacy default stream
+  cuda_stream_view const b{cudaStreamPerThread};  // this thread's per-thread default stream
+  void* const p = pool.allocate(1000, a);
+  pool.deallocate(p, 1000, a);
+  EXPECT_EQ(pool.bytes_in_thread_caches(), 1024U) << "a 1000-byte request is served by the 1 KiB class";
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+  EXPECT_EQ(pool.allocate(1024, a), p) << "same class, same stream, same thread: from the cache";
+  EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
+  pool.deallocate(p, 1024, a);
+  void* const other_stream = pool.allocate(1024, b);
+  EXPECT_NE(other_stream, p) << "another stream does not take a cached block";
+  void* from_other_thread = nullptr;
+  std::thread{[&] { from_other_thread = pool.allocate(1024, a); }}.join();
+  EXPECT_NE(from_other_thread, p) << "nor does another thread";
+  pool.deallocate(other_stream, 1024, b);
+  pool.deallocate(from_other_thread, 1024, a);
+  EXPECT_THROW(pool.checked_deallocate(p, 1024, a), logic_error) << "a double free found in the cache slot";
+  EXPECT_EQ(pool.bytes_in_thread_caches(), 3U * 1024);
+  pool.flush_thread_caches();
+  EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
+  EXPECT_EQ(pool.small_page_count(), 0U) << "flushed into its page, which then went back";
+  pool.check_invariants();
+  (void)b.synchronize();
+}
+
+TEST(vmm_pool_memory_resource, a_small_block_freed_on_an_explicit_stream_goes_to_its_page_not_a_cache)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), with_thread_caches(slabs_of(granule))};
+  cuda_stream s;
+  void* const p = pool.allocate(4096, s.view());
+  pool.deallocate(p, 4096, s.view());
+  EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
+  EXPECT_EQ(pool.small_page_count(), 0U) << "its page emptied and went back to the heap";
+  EXPECT_EQ(pool.largest_free_block(), pool.physical_bytes());
+  pool.check_invariants();
+  (void)s.synchronize();
+}
+
+TEST(vmm_pool_memory_resource, cached_blocks_go_back_before_the_pool_grows)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_options options = with_thread_caches(slabs_of(granule));
+  options.mapping_divisor = 0;
+  vmm_pool_memory_resource pool{borrow(provider), options};
+  std::vector<void*> blocks;
+  for (int i = 0; i < 300; ++i) { blocks.push_back(pool.allocate(32 * 1024)); }  // 9.4 MiB in pages
+  std::size_t const physical = pool.physical_bytes();
+  for (void* b : blocks) { pool.deallocate(b, 32 * 1024); }
+  EXPECT_GT(pool.bytes_in_thread_caches(), 0U) << "some blocks stay in this thread's cache";
+  EXPECT_GT(pool.small_page_count(), 0U) << "and keep their pages";
+  void* const big = pool.allocate(physical);  // all the pool holds: the cached blocks' pages too
+  EXPECT_EQ(pool.physical_bytes(), physical) << "the cached blocks went back, so the big block needed no growth";
+  EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
+  pool.deallocate(big, physical);
+  pool.check_invariants();
+}
+
+TEST(vmm_pool_memory_resource, a_threads_cache_goes_back_when_it_exits)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), with_thread_caches(slabs_of(granule))};
+  std::thread{[&] {
+    void* p = pool.allocate(2048);
+    pool.deallocate(p, 2048);
+    EXPECT_EQ(pool.bytes_in_thread_caches(), 2048U);
+  }}.join();
+  EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
+  EXPECT_EQ(pool.small_page_count(), 0U);
+  pool.check_invariants();
 }
 
 TEST(vmm_pool_memory_resource, a_reservation_smaller_than_a_slab_is_a_logic_error)
@@ -1075,6 +1201,8 @@ TEST(vmm_pool_memory_resource, under_a_pool_memory_resource_released_chunks_go_b
     EXPECT_EQ(vmm.bytes_in_use(), 0U) << "the pool's chunks went back to the vmm pool";
   }
   EXPECT_GT(vmm.physical_bytes(), 0U);
+  vmm.flush_thread_caches();  // the 1 MiB chunk went to this thread's cache
+  EXPECT_EQ(vmm.bytes_in_thread_caches(), 0U);
   EXPECT_EQ(vmm.largest_free_block(), vmm.physical_bytes()) << "the chunks coalesced in the vmm pool";
   (void)vmm.release_unused();
   EXPECT_EQ(provider.physical_bytes(), 0U);

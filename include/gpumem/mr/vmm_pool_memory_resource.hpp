@@ -28,13 +28,35 @@
  * Works as the whole pool, or as the upstream of another resource (pool_memory_resource over it gets
  * chunks that this pool can still give back to the device).
  *
- * Cost: allocate and deallocate take one mutex and O(log n) in the free ranges (one lower_bound and
- * usually no re-insertion: mr/detail/free_range_index.hpp), without any CUDA call when the memory is
- * backed; growing costs one cuMemCreate + cuMemMap + cuMemSetAccess per piece (pieces grow with the pool:
- * vmm_pool_options::mapping_divisor). Its speed and live-bytes ratio on real PyTorch logs, against
- * pool_memory_resource over cudaMalloc, are in docs/PERFORMANCE.md.
+ * Small blocks: a request of at most vmm_pool_options::small_block_limit bytes is served from pages of its
+ * own size class (mr/detail/small_pages.hpp), each page one block of the heap, given back to it as soon as
+ * its last block is freed. A small block thus never splits a large free range, and pins at most its page.
  *
- * Thread-safety: all members may be called concurrently (one mutex, held also while growing).
+ * Thread caches: a small block of at most vmm_pool_options::thread_cache_limit bytes freed on a default
+ * stream (the legacy default stream, or the thread's own per-thread default stream) goes into the freeing
+ * thread's cache (mr/detail/block_cache.hpp), keyed by (stream, size class); a later request of that class on
+ * that stream on that thread takes it back without the pool's mutex and without an event: stream order alone
+ * makes the reuse safe, as in the pool of stream_ordered_memory_resource.hpp. Blocks freed on other streams go
+ * to their pages at once: a block cached for an explicit stream would serve only that stream on that thread,
+ * and programs that spread work over explicit streams free on one and allocate on another, so such blocks
+ * would sit unused and pin their pages. Blocks leave a cache in batches into their pages, with their stream's
+ * event rule applied once per batch: a full slot's older half, an evicted slot, a thread's whole cache when
+ * it exits. Every cache is emptied into its pages before the pool takes a new page or grows (so cached blocks
+ * never make it take more memory), before release_unused(), before it fails, and at destruction. A thread
+ * hides at most block_cache::slot_count * thread_cache_limit * block_cache::slot_capacity bytes from the
+ * others until one of those moments; free_bytes() counts them, bytes_in_use() does not.
+ *
+ * Cost: a cached allocate or deallocate takes the thread's cache lock (one uncontended atomic exchange), a
+ * scan of its slots and no CUDA call. A small block otherwise takes the mutex and O(log p) in the p pages.
+ * Otherwise allocate and deallocate take one mutex and O(log n) in the
+ * free ranges (one lower_bound and usually no re-insertion: mr/detail/free_range_index.hpp), without any
+ * CUDA call when the memory is backed; growing costs one cuMemCreate + cuMemMap + cuMemSetAccess per piece
+ * (pieces grow with the pool: vmm_pool_options::mapping_divisor), after one lock of every thread's cache.
+ * Its speed and live-bytes ratio on real PyTorch logs, against pool_memory_resource over cudaMalloc, are in
+ * docs/PERFORMANCE.md.
+ *
+ * Thread-safety: all members may be called concurrently (one mutex, held also while growing; a lock per
+ * thread cache, taken before the mutex, never while it is held).
  * Stream-ordering: as device_memory_resource.hpp says. Memory freed on stream A is reused on A at once;
  * another stream B that takes it first waits (cudaStreamWaitEvent, no host synchronisation) on an event
  * recorded on A after the free. For the legacy default stream and announced streams (gpumem::cuda_stream:
@@ -45,8 +67,11 @@
  * passed it. Up to 63 streams are tracked at once; when all are taken, the slots whose frees have
  * completed (an event query) come free, and only when none has does a deallocation on a further stream
  * synchronise that stream first.
- * Double frees: a block that overlaps a free range is refused (logged at error level, thrown by
- * checked_deallocate()); the pool is unchanged.
+ * Double frees: a block that overlaps a free range, or a small block already free in its page, is refused
+ * (logged at error level, thrown by checked_deallocate()); the pool is unchanged. A small block freed twice
+ * into a thread cache is refused when the second free finds it in its cache slot, else when the second copy
+ * reaches its page, which may be in a later call, on any thread; one freed twice with a reuse in between
+ * cannot be told from two allocations (undefined, as in RMM).
  *
  * Device: the pool belongs to the device that is current at its construction (or the provider's); use it
  * with that device current.
@@ -60,6 +85,8 @@
 #include <gpumem/export.hpp>
 #include <gpumem/before_stream_destroy.hpp>
 #include <gpumem/mr/detail/invariant_checks.hpp>
+#include <gpumem/mr/detail/small_pages.hpp>
+#include <gpumem/mr/detail/thread_cache_registry.hpp>
 #include <gpumem/mr/detail/virtual_heap.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/backend/virtual_memory_provider.hpp>
@@ -71,6 +98,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gpumem::mr {
@@ -105,11 +133,22 @@ struct vmm_pool_options {
   std::optional<std::size_t> release_threshold{};
   /// Other devices that may read and write the pool's memory (cuMemSetAccess); the backend checks them.
   std::vector<int> peer_devices{};
+  /// Requests of at most this many bytes (a multiple of 256, at most block_cache::largest_cached_block) are
+  /// served from pages of their size class (the file comment); 0: every request from the heap.
+  std::size_t small_block_limit{std::size_t{128} << 10};
+  /// Small blocks of at most this many bytes (at most small_block_limit) go through the thread caches (the
+  /// file comment); 0 (the default) turns the caches off, and so does a release_threshold (a cached block
+  /// would keep its page from the heap). Off by default: on the GPU the caches halved the time per operation
+  /// of loops of one size on one thread and sped up the generation logs, but slowed the training logs, and
+  /// when a log's threads are replayed concurrently, blocks freed by one thread and cached there pinned
+  /// pages the others could not use (docs/PERFORMANCE.md).
+  std::size_t thread_cache_limit{0};
 };
 
 /** @brief See the file comment. */
 class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resource,
-                                                     private detail::stream_destroy_listener {
+                                                     private detail::stream_destroy_listener,
+                                                     private detail::thread_cache_owner {
  public:
   /**
    * @brief A pool on the current device, through the backend's provider (make_device_vmm_provider).
@@ -134,9 +173,13 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
 
   /**
    * @brief Unmaps and releases every wholly free slab, after the work of the streams that freed memory in
-   * it has completed. @return the bytes of physical memory given back.
+   * it has completed (every thread's cache is emptied into the pool first). @return the bytes of physical
+   * memory given back.
    */
   std::size_t release_unused();
+
+  /** @brief Moves the blocks that every thread holds in its cache into the pool's free ranges. */
+  void flush_thread_caches() noexcept;
 
   /**
    * @brief Changes the most physical memory the pool may hold (none: no cap but the device's). Growth beyond it
@@ -154,13 +197,22 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   [[nodiscard]] virtual_memory_provider& provider() const noexcept { return *provider_; }
   [[nodiscard]] std::size_t slab_size() const noexcept;
   [[nodiscard]] std::size_t reservation_size() const noexcept;
-  /** @return bytes handed out and not yet returned (each allocation rounded up to 256). */
+  /** @return bytes handed out and not yet returned (each allocation rounded up to 256, a small one to its
+   *  size class: mr/detail/small_pages.hpp). */
   [[nodiscard]] std::size_t bytes_in_use() const noexcept;
+  /** @return bytes of freed blocks held in thread caches (counted in free_bytes()). */
+  [[nodiscard]] std::size_t bytes_in_thread_caches() const noexcept;
+  /** @return the largest request served from pages and thread caches (0: none). */
+  [[nodiscard]] std::size_t small_block_limit() const noexcept { return small_block_limit_; }
+  /** @return the largest block the thread caches hold (0: no caches, also with a release_threshold). */
+  [[nodiscard]] std::size_t thread_cache_limit() const noexcept { return thread_cache_limit_; }
+  /** @return how many pages of small blocks the pool holds now. */
+  [[nodiscard]] std::size_t small_page_count() const noexcept;
   /** @return bytes of physical memory held now (slabs mapped). */
   [[nodiscard]] std::size_t physical_bytes() const noexcept;
   /** @return the most physical memory held at once since construction or reset_peak_physical_bytes(). */
   [[nodiscard]] std::size_t peak_physical_bytes() const noexcept;
-  /** @return bytes free in the mapped slabs. */
+  /** @return bytes free in the mapped slabs (in the free ranges and in thread caches). */
   [[nodiscard]] std::size_t free_bytes() const noexcept;
   [[nodiscard]] std::size_t largest_free_block() const noexcept;
   [[nodiscard]] std::size_t slab_count() const noexcept;
@@ -195,6 +247,38 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
     return this == &other;
   }
   void stream_destroying(cudaStream_t stream) noexcept override;
+  void thread_exiting(detail::block_cache& cache) noexcept override;
+
+  /// The cache's name for a stream: its handle, with both names of the legacy default stream as 0.
+  [[nodiscard]] static std::uintptr_t cache_key(cuda_stream_view stream) noexcept;
+  /// Orders a block taken from the heap for `stream` and counts it in use. Lock held.
+  /// @throws what ordering throws (the block goes back to the heap then).
+  void* hand_out(detail::virtual_heap::block const& taken, std::size_t rounded, cuda_stream_view stream)
+    GPUMEM_REQUIRES(mutex_);
+  /// A block for `rounded` bytes without growing: from a page when small (or, with may_add_page, from a new
+  /// page taken from the heap: only once the thread caches were drained into their pages), else from the
+  /// heap; nullptr when there is no room. Lock held.
+  void* try_take(std::size_t rounded, cuda_stream_view stream, bool may_add_page) GPUMEM_REQUIRES(mutex_);
+  /// Orders a small block for `stream`. Lock held. @throws what ordering throws (the block goes back then).
+  void* hand_out_small(detail::small_pages::block const& taken, cuda_stream_view stream) GPUMEM_REQUIRES(mutex_);
+  /// Frees a small block into its page, and a page that empties into the heap. Lock held.
+  /// @throws gpumem::logic_error for a double free or an address that is no block's (nothing changes).
+  void free_into_page(std::uintptr_t address, std::uint64_t mask) GPUMEM_REQUIRES(mutex_);
+  /// The size class of a small request (rounded to 256), the key of the thread caches; 0 when not small.
+  [[nodiscard]] std::size_t small_class(std::size_t rounded) const noexcept;
+  /// Puts a freed block in the calling thread's cache when its stream may be cached. @return whether it did.
+  /// @throws gpumem::logic_error for a double free found in the cache slot (the cache is unchanged).
+  bool cache_freed_block(cuda_stream_view stream, std::size_t size, std::uintptr_t address);
+  /// Frees a batch of blocks of one stream and size into the heap, applying the stream's event rule once.
+  /// own_thread: whether cudaStreamPerThread names the calling thread's stream (else the legacy stream's
+  /// slot takes the blocks: its event follows every blocking stream's earlier work).
+  void spill(detail::block_cache::spill_batch const& batch, bool own_thread) noexcept GPUMEM_EXCLUDES(mutex_);
+  /// Frees `address` into the heap on the slot of `stream` (record or mark its event). Lock held.
+  void free_into_heap(std::uintptr_t address, std::size_t rounded, cudaStream_t stream) GPUMEM_REQUIRES(mutex_);
+  /// Empties every thread's cache into the heap.
+  void drain_thread_caches() noexcept GPUMEM_EXCLUDES(mutex_);
+  /// The bytes (and largest block) that thread caches hold now.
+  [[nodiscard]] std::pair<std::size_t, std::size_t> cached_totals() const noexcept;
 
   /// The slot of `stream` if it has one (never creates one). Lock held.
   [[nodiscard]] std::optional<unsigned> find_slot(cudaStream_t stream) const noexcept GPUMEM_REQUIRES(mutex_);
@@ -236,6 +320,10 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::size_t moved_ GPUMEM_GUARDED_BY(mutex_){};
   std::size_t released_ GPUMEM_GUARDED_BY(mutex_){};
   detail::invariant_sampler invariant_sampler_;  // which calls check_invariants() after them (debug builds)
+  std::size_t small_block_limit_{};   // fixed at construction (read without the lock)
+  std::size_t thread_cache_limit_{};  // fixed at construction (read without the lock)
+  std::optional<detail::small_pages> pages_ GPUMEM_GUARDED_BY(mutex_);  // none: small_block_limit 0
+  mutable detail::thread_cache_registry caches_{this};  // after everything spill() uses: detached first
 };
 
 }  // namespace gpumem::mr

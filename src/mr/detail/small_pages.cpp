@@ -1,0 +1,274 @@
+// small_pages (small_pages.hpp has the contract).
+#include <gpumem/mr/detail/small_pages.hpp>
+
+#include <gpumem/error.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <string>
+
+namespace gpumem::detail {
+
+namespace {
+
+[[nodiscard]] std::string hex(std::uintptr_t a)
+{
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string s;
+  do {
+    s.insert(s.begin(), digits[a % 16]);
+    a /= 16;
+  } while (a != 0);
+  return "0x" + s;
+}
+
+[[nodiscard]] bool test_bit(std::vector<std::uint64_t> const& bits, std::size_t i) noexcept
+{
+  return ((bits[i / 64] >> (i % 64)) & 1U) != 0;
+}
+/// Throws the logic_error of a give_back that names no block in use (messages are built only on failure).
+[[noreturn]] void refuse(std::uintptr_t address, std::string const& why)
+{
+  throw logic_error("small_pages: " + hex(address) + why);
+}
+
+void set_bit(std::vector<std::uint64_t>& bits, std::size_t i, bool on) noexcept
+{
+  std::uint64_t const bit = std::uint64_t{1} << (i % 64);
+  bits[i / 64] = on ? (bits[i / 64] | bit) : (bits[i / 64] & ~bit);
+}
+
+}  // namespace
+
+small_pages::small_pages(options const& o) : options_{o}
+{
+  spare_.reserve(spare_limit);
+  expects(o.alignment > 0 && std::has_single_bit(o.alignment),
+          "small_pages: alignment " + std::to_string(o.alignment) + " is not a power of two");
+  expects(o.classes_per_doubling >= 1 && o.classes_per_doubling <= 16 && std::has_single_bit(o.classes_per_doubling),
+          "small_pages: classes_per_doubling " + std::to_string(o.classes_per_doubling) + " is not 1, 2, 4, 8 or 16");
+  expects(o.small_limit >= o.alignment && o.small_limit % o.alignment == 0,
+          "small_pages: small_limit " + std::to_string(o.small_limit) + " is not a positive multiple of the alignment");
+  expects(o.min_blocks_per_page >= 1, "small_pages: min_blocks_per_page is 0");
+  expects(o.min_page_bytes >= o.alignment && o.min_page_bytes % o.alignment == 0,
+          "small_pages: min_page_bytes " + std::to_string(o.min_page_bytes) + " is not a positive multiple of the alignment");
+}
+
+std::size_t small_pages::class_of(std::size_t bytes) const noexcept
+{
+  std::size_t const a = options_.alignment;
+  std::size_t const rounded = (bytes + a - 1) / a * a;
+  // Below alignment * classes_per_doubling every multiple of the alignment is a class of its own.
+  if (rounded <= a * options_.classes_per_doubling) { return rounded; }
+  std::size_t const step = std::bit_floor(rounded) / options_.classes_per_doubling;  // a multiple of a
+  return (rounded + step - 1) / step * step;
+}
+
+std::size_t small_pages::page_bytes_for(std::size_t block_size) const noexcept
+{
+  std::size_t const wanted = std::max(options_.min_page_bytes, options_.min_blocks_per_page * block_size);
+  return (wanted + block_size - 1) / block_size * block_size;
+}
+
+small_pages::block small_pages::take_from(std::uintptr_t address, page& p)
+{
+  std::size_t index = 0;
+  if (!p.free.empty()) {
+    index = p.free.back();
+    p.free.pop_back();
+    set_bit(p.is_free, index, false);
+  } else {
+    index = p.carved++;
+    p.streams[index] = p.first_streams;  // never used: the streams of the heap range the page came from
+  }
+  ++p.used;
+  used_bytes_ += p.block_size;
+  if (!has_room(p)) { unlist(address, p); }
+  return block{address + index * p.block_size, p.streams[index]};
+}
+
+void small_pages::list(std::uintptr_t address, page& p) noexcept
+{
+  std::uintptr_t& newest = newest_with_room_.find(p.block_size)->second;
+  p.newer = 0;
+  p.older = newest;
+  if (newest != 0) { pages_.find(newest)->second.newer = address; }
+  newest = address;
+}
+
+void small_pages::unlist(std::uintptr_t address, page& p) noexcept
+{
+  if (p.newer != 0) {
+    pages_.find(p.newer)->second.older = p.older;
+  } else {
+    newest_with_room_.find(p.block_size)->second = p.older;
+  }
+  if (p.older != 0) { pages_.find(p.older)->second.newer = p.newer; }
+  p.newer = 0;
+  p.older = 0;
+  (void)address;
+}
+
+std::optional<small_pages::block> small_pages::take(std::size_t bytes)
+{
+  auto const newest = newest_with_room_.find(class_of(bytes));
+  if (newest == newest_with_room_.end() || newest->second == 0) { return std::nullopt; }
+  std::uintptr_t const address = newest->second;
+  return take_from(address, pages_.at(address));
+}
+
+small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t bytes, std::uint64_t streams)
+{
+  std::size_t const block_size = class_of(bytes);
+  std::size_t const size = page_bytes_for(block_size);
+  if (address % options_.alignment != 0) { throw logic_error("small_pages: a page at " + hex(address) + " is misaligned"); }
+  auto const after = pages_.lower_bound(address);
+  bool const overlaps_next = after != pages_.end() && after->first < address + size;
+  bool const overlaps_previous = after != pages_.begin() && std::prev(after)->first + std::prev(after)->second.bytes > address;
+  if (overlaps_next || overlaps_previous) { throw logic_error("small_pages: a page at " + hex(address) + " overlaps another"); }
+  // A retired page's node and vectors are reused: no heap allocation when a page of a class of at most the
+  // same number of blocks is added, and no work per block (blocks are set up as they are carved).
+  std::map<std::uintptr_t, page>::node_type node;
+  if (!spare_.empty()) {
+    node = std::move(spare_.back());
+    spare_.pop_back();
+    node.key() = address;
+  } else {
+    std::map<std::uintptr_t, page> one;
+    one.emplace(address, page{});  // may throw: nothing changed yet
+    node = one.extract(one.begin());
+  }
+  page& p = node.mapped();
+  p.bytes = size;
+  p.block_size = block_size;
+  p.capacity = size / block_size;
+  p.carved = 0;
+  p.used = 0;
+  p.first_streams = streams;
+  p.newer = 0;
+  p.older = 0;
+  p.streams.resize(p.capacity);  // may throw (the node is dropped): nothing changed yet
+  p.is_free.assign((p.capacity + 63) / 64, 0);
+  p.free.clear();
+  p.free.reserve(p.capacity);
+  (void)newest_with_room_.try_emplace(block_size, 0);
+  page& added = pages_.insert(after, std::move(node))->second;
+  page_bytes_ += size;
+  list(address, added);  // unlisted by take_from when one block fills the page
+  return take_from(address, added);
+}
+
+std::optional<small_pages::retired_page> small_pages::give_back(std::uintptr_t address, std::uint64_t streams)
+{
+  auto it = pages_.upper_bound(address);
+  if (it == pages_.begin()) { refuse(address, " is in no page"); }
+  --it;
+  page& p = it->second;
+  std::uintptr_t const base = it->first;
+  if (address >= base + p.bytes) { refuse(address, " is in no page"); }
+  std::size_t const offset = address - base;
+  if (offset % p.block_size != 0) {
+    refuse(address, " is not the start of a block of " + std::to_string(p.block_size) + " bytes");
+  }
+  std::size_t const index = offset / p.block_size;
+  if (index >= p.carved || test_bit(p.is_free, index)) {
+    throw logic_error("small_pages: double free of " + hex(address) + ": the block is already free");
+  }
+  bool const was_full = !has_room(p);
+
+  p.free.push_back(static_cast<std::uint32_t>(index));  // capacity reserved at add_page: no throw
+  set_bit(p.is_free, index, true);
+  --p.used;
+  used_bytes_ -= p.block_size;
+  p.streams[index] = streams;
+  if (p.used == 0) {  // retire at once: the heap coalesces it with its neighbours
+    std::uint64_t const all = streams_of(p);
+    retired_page const out{base, p.bytes, all};
+    if (!was_full) { unlist(base, p); }
+    page_bytes_ -= p.bytes;
+    if (spare_.size() < spare_limit) {
+      spare_.push_back(pages_.extract(it));  // capacity reserved at construction: no throw
+    } else {
+      pages_.erase(it);
+    }
+    return out;
+  }
+  if (was_full) { list(base, p); }
+  return std::nullopt;
+}
+
+bool small_pages::owns(std::uintptr_t address) const noexcept
+{
+  auto it = pages_.upper_bound(address);
+  if (it == pages_.begin()) { return false; }
+  --it;
+  return address < it->first + it->second.bytes;
+}
+
+void small_pages::forget_streams(std::uint64_t mask) noexcept
+{
+  for (auto& [address, p] : pages_) {
+    for (std::size_t i = 0; i < p.carved; ++i) { p.streams[i] &= ~mask; }
+    p.first_streams &= ~mask;
+  }
+}
+
+std::uint64_t small_pages::streams_in_use() const noexcept
+{
+  std::uint64_t mask = 0;
+  for (auto const& [address, p] : pages_) { mask |= streams_of(p); }
+  return mask;
+}
+
+std::uint64_t small_pages::streams_of(page const& p) noexcept
+{
+  std::uint64_t mask = p.carved < p.capacity ? p.first_streams : 0;
+  for (std::size_t i = 0; i < p.carved; ++i) { mask |= p.streams[i]; }
+  return mask;
+}
+
+void small_pages::check_invariants() const
+{
+  auto const fail = [](std::string const& what) { throw logic_error("small_pages invariant violated: " + what); };
+  std::size_t bytes = 0;
+  std::size_t used = 0;
+  std::uintptr_t previous_end = 0;
+  for (auto const& [address, p] : pages_) {
+    if (address < previous_end) { fail("the page at " + hex(address) + " overlaps the one before it"); }
+    previous_end = address + p.bytes;
+    if (p.bytes != page_bytes_for(p.block_size) || p.bytes % p.block_size != 0 || p.capacity != p.bytes / p.block_size) {
+      fail("the page at " + hex(address) + " has the wrong size for its class");
+    }
+    if (p.used == 0) { fail("the page at " + hex(address) + " is empty but not retired"); }
+    if (p.used + p.free.size() != p.carved || p.carved > p.capacity) {
+      fail("the page at " + hex(address) + ": used + free != carved");
+    }
+    std::size_t set = 0;
+    for (std::size_t i = 0; i < p.capacity; ++i) { set += test_bit(p.is_free, i) ? 1 : 0; }
+    if (set != p.free.size()) { fail("the page at " + hex(address) + ": the bitmap disagrees with the free list"); }
+    for (std::uint32_t const i : p.free) {
+      if (i >= p.carved || !test_bit(p.is_free, i)) { fail("the page at " + hex(address) + ": a bad free index"); }
+    }
+    bytes += p.bytes;
+    used += p.used * p.block_size;
+  }
+  std::size_t listed = 0;
+  for (auto const& [block_size, newest] : newest_with_room_) {
+    std::uintptr_t newer = 0;
+    for (std::uintptr_t at = newest; at != 0;) {
+      auto const it = pages_.find(at);
+      if (it == pages_.end() || it->second.block_size != block_size) { fail("a listed page " + hex(at) + " is gone"); }
+      if (!has_room(it->second)) { fail("the full page at " + hex(at) + " is listed"); }
+      if (it->second.newer != newer) { fail("the list of pages with room is broken at " + hex(at)); }
+      if (++listed > pages_.size()) { fail("the list of pages with room has a cycle"); }
+      newer = at;
+      at = it->second.older;
+    }
+  }
+  std::size_t with_room = 0;
+  for (auto const& [address, p] : pages_) { with_room += has_room(p) ? 1 : 0; }
+  if (listed != with_room) { fail("a page with room is not listed"); }
+  if (bytes != page_bytes_ || used != used_bytes_) { fail("the byte counts disagree"); }
+}
+
+}  // namespace gpumem::detail

@@ -1,0 +1,199 @@
+// small_pages: classes, carving, retirement, refusals, streams, and a randomized model check.
+#include <gpumem/error.hpp>
+#include <gpumem/mr/detail/small_pages.hpp>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <vector>
+
+namespace gpumem::test {
+namespace {
+
+using detail::small_pages;
+
+constexpr std::size_t KiB = std::size_t{1} << 10;
+constexpr std::uintptr_t base = std::uintptr_t{1} << 40;
+
+TEST(small_pages, classes_cover_the_request_waste_less_than_a_step_and_are_aligned)
+{
+  small_pages const pages{{}};
+  EXPECT_EQ(pages.class_of(1), 256U);
+  EXPECT_EQ(pages.class_of(256), 256U);
+  EXPECT_EQ(pages.class_of(768), 768U) << "every multiple of 256 up to 1 KiB is a class";
+  EXPECT_EQ(pages.class_of(1025), 1280U);
+  EXPECT_EQ(pages.class_of(2049), 2560U) << "steps of 512 between 2 and 4 KiB";
+  std::size_t previous = 0;
+  for (std::size_t bytes = 256; bytes <= 128 * KiB; bytes += 256) {
+    std::size_t const c = pages.class_of(bytes);
+    EXPECT_GE(c, bytes);
+    EXPECT_EQ(c % 256, 0U);
+    EXPECT_LT(c - bytes, std::max<std::size_t>(256, c / 4)) << bytes;
+    EXPECT_GE(c, previous) << "classes grow with the request";
+    previous = c;
+    std::size_t const page = pages.page_bytes_for(c);
+    EXPECT_EQ(page % c, 0U) << "whole blocks only";
+    EXPECT_GE(page, 512 * KiB);
+    EXPECT_GE(page / c, 4U);
+  }
+  EXPECT_TRUE(pages.serves(128 * KiB));
+  EXPECT_FALSE(pages.serves(128 * KiB + 1));
+  EXPECT_FALSE(pages.serves(0));
+}
+
+TEST(small_pages, bad_options_are_refused_naming_them)
+{
+  EXPECT_THAT([] { small_pages{{.alignment = 384}}; }, testing::ThrowsMessage<logic_error>(testing::HasSubstr("alignment 384")));
+  EXPECT_THAT([] { small_pages{{.classes_per_doubling = 3}}; },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("classes_per_doubling 3")));
+  EXPECT_THAT([] { small_pages{{.small_limit = 100}}; }, testing::ThrowsMessage<logic_error>(testing::HasSubstr("small_limit 100")));
+  EXPECT_THAT([] { small_pages{{.min_blocks_per_page = 0}}; }, testing::ThrowsMessage<logic_error>(testing::HasSubstr("min_blocks_per_page")));
+}
+
+TEST(small_pages, a_page_is_carved_in_order_refilled_last_in_first_out_and_retired_when_empty)
+{
+  small_pages pages{{}};
+  EXPECT_FALSE(pages.take(4 * KiB)) << "no page yet";
+  std::size_t const page = pages.page_bytes_for(4 * KiB);
+  auto const first = pages.add_page(base, 4 * KiB, 0);
+  EXPECT_EQ(first.address, base);
+  std::vector<std::uintptr_t> blocks{first.address};
+  for (std::size_t i = 1; i < page / (4 * KiB); ++i) {
+    auto const b = pages.take(4 * KiB);
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->address, base + i * 4 * KiB);
+    blocks.push_back(b->address);
+  }
+  EXPECT_FALSE(pages.take(4 * KiB)) << "the page is full";
+  EXPECT_FALSE(pages.take(3 * KiB + 512)) << "3.5 KiB is served by the 4 KiB class, whose page is full";
+  EXPECT_EQ(pages.used_bytes(), page);
+  pages.check_invariants();
+  EXPECT_FALSE(pages.give_back(blocks[3], 0));
+  EXPECT_FALSE(pages.give_back(blocks[7], 0));
+  EXPECT_EQ(pages.take(4 * KiB)->address, blocks[7]) << "the most recently freed block first";
+  EXPECT_EQ(pages.take(4 * KiB)->address, blocks[3]);
+  for (std::size_t i = 0; i + 1 < blocks.size(); ++i) { EXPECT_FALSE(pages.give_back(blocks[i], 0)); }
+  pages.check_invariants();
+  auto const retired = pages.give_back(blocks.back(), 0);
+  ASSERT_TRUE(retired) << "the last block retires the page at once";
+  EXPECT_EQ(retired->address, base);
+  EXPECT_EQ(retired->bytes, page);
+  EXPECT_EQ(pages.page_count(), 0U);
+  EXPECT_EQ(pages.page_bytes(), 0U);
+  EXPECT_FALSE(pages.owns(base));
+  EXPECT_FALSE(pages.take(4 * KiB)) << "a retired page serves nothing";
+  pages.check_invariants();
+}
+
+TEST(small_pages, double_frees_foreign_and_inner_addresses_are_refused_and_nothing_changes)
+{
+  small_pages pages{{}};
+  auto const a = pages.add_page(base, 1 * KiB, 0);
+  auto const b = pages.take(1 * KiB);
+  ASSERT_TRUE(b);
+  EXPECT_FALSE(pages.give_back(b->address, 0));
+  EXPECT_THAT([&] { (void)pages.give_back(b->address, 0); }, testing::ThrowsMessage<logic_error>(testing::HasSubstr("double free")));
+  EXPECT_THAT([&] { (void)pages.give_back(base + (std::uintptr_t{1} << 30), 0); },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("in no page")));
+  EXPECT_THAT([&] { (void)pages.give_back(base - 256, 0); }, testing::ThrowsMessage<logic_error>(testing::HasSubstr("in no page")));
+  EXPECT_THAT([&] { (void)pages.give_back(a.address + 256, 0); },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("not the start of a block")));
+  EXPECT_THAT([&] { (void)pages.give_back(a.address + 4 * KiB, 0); },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("double free"))) << "an uncarved block is not in use";
+  EXPECT_EQ(pages.used_bytes(), 1 * KiB);
+  pages.check_invariants();
+  EXPECT_THAT([&] { (void)pages.add_page(base + 256 * KiB, 1 * KiB, 0); },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("overlaps")));
+  EXPECT_THAT([&] { (void)pages.add_page(base - 256 * KiB, 1 * KiB, 0); },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("overlaps")));
+  EXPECT_EQ(pages.page_count(), 1U);
+  pages.check_invariants();
+}
+
+TEST(small_pages, a_block_carries_the_streams_of_its_last_free_and_a_retired_page_all_of_them)
+{
+  small_pages pages{{}};
+  auto const a = pages.add_page(base, 64 * KiB, 0b1000);
+  EXPECT_EQ(a.streams, 0b1000U) << "a new block follows the heap range's streams";
+  auto const b = pages.take(64 * KiB);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->streams, 0b1000U);
+  EXPECT_FALSE(pages.give_back(b->address, 0b01));
+  auto const again = pages.take(64 * KiB);
+  EXPECT_EQ(again->address, b->address);
+  EXPECT_EQ(again->streams, 0b01U) << "the streams of its last free only";
+  EXPECT_EQ(pages.streams_in_use(), 0b1001U);
+  pages.forget_streams(0b1000);
+  EXPECT_EQ(pages.streams_in_use(), 0b0001U);
+  auto const c = pages.take(64 * KiB);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->streams, 0U) << "forgotten";
+  EXPECT_FALSE(pages.give_back(c->address, 0b100));
+  EXPECT_FALSE(pages.give_back(a.address, 0b10));
+  pages.check_invariants();
+  auto const retired = pages.give_back(b->address, 0);
+  ASSERT_TRUE(retired);
+  EXPECT_EQ(retired->streams, 0b110U) << "the union of its blocks' last frees (the first ones were forgotten)";
+}
+
+// 200 000 random steps against a model: live blocks never overlap, lie in owned pages, the byte counts agree,
+// pages come from a simulated heap and retire to it; invariants after every step of the first 20 000.
+TEST(small_pages, random_steps_agree_with_a_model)
+{
+  small_pages pages{{.small_limit = 128 * KiB, .min_page_bytes = 64 * KiB}};
+  std::map<std::size_t, std::vector<std::uintptr_t>> heap_free;  // page bytes -> retired page addresses
+  std::uintptr_t heap_top = base;
+  std::map<std::uintptr_t, std::size_t> live;  // address -> class
+  std::size_t live_bytes = 0;
+  std::mt19937_64 rng{12345};
+  std::size_t retired = 0;
+  for (int step = 0; step < 200'000; ++step) {
+    if (live.empty() || (live.size() < 3000 && rng() % 100 < 52)) {
+      std::size_t const bytes = 256 + rng() % (128 * KiB - 255);
+      std::size_t const cls = pages.class_of(bytes);
+      auto b = pages.take(bytes);
+      if (!b) {
+        std::size_t const page = pages.page_bytes_for(cls);
+        std::uintptr_t address = 0;
+        if (auto& spare = heap_free[page]; !spare.empty()) {
+          address = spare.back();
+          spare.pop_back();
+        } else {
+          address = heap_top;
+          heap_top += page;
+        }
+        b = pages.add_page(address, bytes, 0);
+      }
+      auto const after = live.lower_bound(b->address);
+      ASSERT_TRUE(after == live.end() || after->first >= b->address + cls) << "overlaps the next live block";
+      ASSERT_TRUE(after == live.begin() || std::prev(after)->first + std::prev(after)->second <= b->address)
+        << "overlaps the previous live block";
+      ASSERT_TRUE(pages.owns(b->address) && pages.owns(b->address + cls - 1));
+      live.emplace(b->address, cls);
+      live_bytes += cls;
+    } else {
+      auto it = live.begin();
+      std::advance(it, static_cast<std::ptrdiff_t>(rng() % live.size()));
+      if (auto const r = pages.give_back(it->first, 0)) {
+        ++retired;
+        ASSERT_FALSE(pages.owns(r->address));
+        heap_free[r->bytes].push_back(r->address);
+      }
+      live_bytes -= it->second;
+      live.erase(it);
+    }
+    ASSERT_EQ(pages.used_bytes(), live_bytes);
+    if (step < 20'000 || step % 1000 == 0) { pages.check_invariants(); }
+  }
+  EXPECT_GT(retired, 100U) << "pages retire along the way";
+  for (auto const& [address, cls] : live) { (void)pages.give_back(address, 0); }
+  EXPECT_EQ(pages.page_count(), 0U) << "every page retired once its blocks were freed";
+  EXPECT_EQ(pages.page_bytes(), 0U);
+  pages.check_invariants();
+}
+
+}  // namespace
+}  // namespace gpumem::test
