@@ -380,7 +380,7 @@ def test_vmm_pool_small_blocks_come_from_pages_and_go_through_the_thread_cache()
     assert pool.allocate(1024) == ptr  # back from this thread's cache, on the same (default) stream
     pool.deallocate(ptr, 1024)
     pool.flush_thread_caches()
-    assert pool.bytes_in_thread_caches == 0 and pool.small_page_count == 0  # the empty page went back
+    assert pool.bytes_in_thread_caches == 0 and pool.small_page_count == 1  # empty, until the next heap operation
     assert pool.release_unused() == 2 << 20 and pool.physical_bytes == 0
     plain = mr.VmmPoolMemoryResource(slab_size=2 << 20, small_block_limit=0, thread_cache_limit=0)
     assert plain.small_block_limit == 0 and plain.small_page_count == 0

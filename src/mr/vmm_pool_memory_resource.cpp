@@ -253,12 +253,14 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
 void* vmm_pool_memory_resource::try_take(std::size_t rounded, cuda_stream_view stream, bool may_add_page)
 {
   if (small_class(rounded) == 0) {
+    retire_empty_pages();
     auto const taken = heap_->take(rounded);
     return taken ? hand_out(*taken, rounded, stream) : nullptr;
   }
   if (auto const block = pages_->take(rounded)) { return hand_out_small(*block, stream); }
   if (!may_add_page) { return nullptr; }
   std::size_t const page = pages_->page_bytes_for(pages_->class_of(rounded));
+  retire_empty_pages();
   auto const taken = heap_->take(page);
   if (!taken) { return nullptr; }
   detail::small_pages::block block{};
@@ -287,7 +289,16 @@ void* vmm_pool_memory_resource::hand_out_small(detail::small_pages::block const&
 
 void vmm_pool_memory_resource::free_into_page(std::uintptr_t address, std::uint64_t mask)
 {
-  if (auto const retired = pages_->give_back(address, mask)) {  // its last block: the page goes back at once
+  if (auto const retired = pages_->give_back(address, mask)) {  // more empty pages than small_pages keeps
+    heap_->give_back(retired->address, retired->bytes, retired->streams);
+    bytes_in_use_ -= retired->bytes;
+  }
+}
+
+void vmm_pool_memory_resource::retire_empty_pages()
+{
+  if (!pages_) { return; }
+  while (auto const retired = pages_->retire_empty_page()) {
     heap_->give_back(retired->address, retired->bytes, retired->streams);
     bytes_in_use_ -= retired->bytes;
   }
@@ -364,6 +375,7 @@ void vmm_pool_memory_resource::free_into_heap(std::uintptr_t address, std::size_
   if (small_class(rounded) != 0) {
     free_into_page(address, mask);
   } else {
+    retire_empty_pages();
     heap_->give_back(address, rounded, mask);
     bytes_in_use_ -= rounded;
   }
@@ -574,6 +586,7 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
 void vmm_pool_memory_resource::release_over_threshold() noexcept
 {
   try {
+    retire_empty_pages();
     std::vector<detail::virtual_heap::mapping> candidates = heap_->wholly_free_mappings();
     std::size_t const slab = heap_->slab_size();
     std::size_t const keep = *release_threshold_ / slab;  // wholly free slabs that may stay
@@ -621,6 +634,7 @@ std::size_t vmm_pool_memory_resource::release_unused()
   checked_call const check{*this, invariant_sampler_, checked_name, "release_unused"};
   drain_thread_caches();
   detail::lock_guard lock{mutex_};
+  retire_empty_pages();
   return release_mappings(heap_->wholly_free_mappings());
 }
 

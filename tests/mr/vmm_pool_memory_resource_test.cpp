@@ -200,7 +200,7 @@ vmm_pool_options with_thread_caches(vmm_pool_options options)
   return options;
 }
 
-TEST(vmm_pool_memory_resource, small_blocks_share_a_page_that_goes_back_to_the_heap_when_empty)
+TEST(vmm_pool_memory_resource, small_blocks_share_a_page_that_goes_back_to_the_heap_when_empty_before_the_next_heap_operation)
 {
   simulated_vmm_provider provider;
   vmm_pool_options options = slabs_of(granule);
@@ -219,9 +219,13 @@ TEST(vmm_pool_memory_resource, small_blocks_share_a_page_that_goes_back_to_the_h
                static_cast<char*>(large) < static_cast<char*>(blocks.front()) + 512 * 1024)
     << "a large block never comes from a page";
   for (void* b : blocks) { pool.deallocate(b, 4096, stream.view()); }
-  EXPECT_EQ(pool.small_page_count(), 0U) << "the empty page went back at once";
+  EXPECT_EQ(pool.small_page_count(), 1U) << "the empty page stays until the pool's next heap operation";
   EXPECT_EQ(pool.bytes_in_use(), MiB);
+  void* const again = pool.allocate(4096, stream.view());
+  EXPECT_EQ(again, blocks.back()) << "from the kept page: the block freed last";
+  pool.deallocate(again, 4096, stream.view());
   pool.deallocate(large, MiB, stream.view());
+  EXPECT_EQ(pool.small_page_count(), 0U) << "freeing the large block retired the empty page first";
   pool.check_invariants();
   EXPECT_EQ(pool.largest_free_block(), pool.physical_bytes()) << "the page coalesced with the rest";
   void* const q = pool.allocate(4096, stream.view());
@@ -258,7 +262,9 @@ TEST(vmm_pool_memory_resource, a_small_block_freed_on_a_default_stream_comes_bac
   EXPECT_EQ(pool.bytes_in_thread_caches(), 3U * 1024);
   pool.flush_thread_caches();
   EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
-  EXPECT_EQ(pool.small_page_count(), 0U) << "flushed into its page, which then went back";
+  EXPECT_EQ(pool.small_page_count(), 1U) << "flushed into its page, kept empty until the next heap operation";
+  EXPECT_EQ(pool.release_unused(), pool.slab_size()) << "which release_unused is: the page went back, then its slab";
+  EXPECT_EQ(pool.small_page_count(), 0U);
   pool.check_invariants();
   (void)b.synchronize();
 }
@@ -271,8 +277,8 @@ TEST(vmm_pool_memory_resource, a_small_block_freed_on_an_explicit_stream_goes_to
   void* const p = pool.allocate(4096, s.view());
   pool.deallocate(p, 4096, s.view());
   EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
-  EXPECT_EQ(pool.small_page_count(), 0U) << "its page emptied and went back to the heap";
-  EXPECT_EQ(pool.largest_free_block(), pool.physical_bytes());
+  EXPECT_EQ(pool.small_page_count(), 1U) << "its page, empty, waits for the next heap operation";
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
   pool.check_invariants();
   (void)s.synchronize();
 }
@@ -306,7 +312,8 @@ TEST(vmm_pool_memory_resource, a_threads_cache_goes_back_when_it_exits)
     EXPECT_EQ(pool.bytes_in_thread_caches(), 2048U);
   }}.join();
   EXPECT_EQ(pool.bytes_in_thread_caches(), 0U);
-  EXPECT_EQ(pool.small_page_count(), 0U);
+  EXPECT_EQ(pool.small_page_count(), 1U) << "in its page, kept empty";
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
   pool.check_invariants();
 }
 

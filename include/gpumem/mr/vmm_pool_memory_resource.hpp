@@ -29,8 +29,10 @@
  * chunks that this pool can still give back to the device).
  *
  * Small blocks: a request of at most vmm_pool_options::small_block_limit bytes is served from pages of its
- * own size class (mr/detail/small_pages.hpp), each page one block of the heap, given back to it as soon as
- * its last block is freed. A small block thus never splits a large free range, and pins at most its page.
+ * own size class (mr/detail/small_pages.hpp), each page one block of the heap, given back to it once its last
+ * block is freed (before the pool's next operation on the heap, so that a block of one size allocated and
+ * freed in a loop keeps its page). A small block thus never splits a large free range, and pins at most its
+ * page.
  *
  * Thread caches: a small block of at most vmm_pool_options::thread_cache_limit bytes freed on a default
  * stream (the legacy default stream, or the thread's own per-thread default stream) goes into the freeing
@@ -264,6 +266,8 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// Frees a small block into its page, and a page that empties into the heap. Lock held.
   /// @throws gpumem::logic_error for a double free or an address that is no block's (nothing changes).
   void free_into_page(std::uintptr_t address, std::uint64_t mask) GPUMEM_REQUIRES(mutex_);
+  /// Gives the small pages' kept empty pages back to the heap: before every operation on the heap. Lock held.
+  void retire_empty_pages() GPUMEM_REQUIRES(mutex_);
   /// The size class of a small request (rounded to 256), the key of the thread caches; 0 when not small.
   [[nodiscard]] std::size_t small_class(std::size_t rounded) const noexcept;
   /// Puts a freed block in the calling thread's cache when its stream may be cached. @return whether it did.

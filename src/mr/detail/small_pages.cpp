@@ -43,6 +43,7 @@ void set_bit(std::vector<std::uint64_t>& bits, std::size_t i, bool on) noexcept
 small_pages::small_pages(options const& o) : options_{o}
 {
   spare_.reserve(spare_limit);
+  empty_.reserve(empty_limit + 1);
   expects(o.alignment > 0 && std::has_single_bit(o.alignment),
           "small_pages: alignment " + std::to_string(o.alignment) + " is not a power of two");
   expects(o.classes_per_doubling >= 1 && o.classes_per_doubling <= 16 && std::has_single_bit(o.classes_per_doubling),
@@ -80,6 +81,10 @@ small_pages::block small_pages::take_from(std::uintptr_t address, page& p)
   } else {
     index = p.carved++;
     p.streams[index] = p.first_streams;  // never used: the streams of the heap range the page came from
+  }
+  if (p.kept_empty) {  // in use again
+    p.kept_empty = false;
+    empty_.erase(std::find(empty_.begin(), empty_.end(), address));
   }
   ++p.used;
   used_bytes_ += p.block_size;
@@ -147,6 +152,7 @@ small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t byt
   p.first_streams = streams;
   p.newer = 0;
   p.older = 0;
+  p.kept_empty = false;
   p.streams.resize(p.capacity);  // may throw (the node is dropped): nothing changed yet
   p.is_free.assign((p.capacity + 63) / 64, 0);
   p.free.clear();
@@ -181,20 +187,37 @@ std::optional<small_pages::retired_page> small_pages::give_back(std::uintptr_t a
   --p.used;
   used_bytes_ -= p.block_size;
   p.streams[index] = streams;
-  if (p.used == 0) {  // retire at once: the heap coalesces it with its neighbours
-    std::uint64_t const all = streams_of(p);
-    retired_page const out{base, p.bytes, all};
-    if (!was_full) { unlist(base, p); }
-    page_bytes_ -= p.bytes;
-    if (spare_.size() < spare_limit) {
-      spare_.push_back(pages_.extract(it));  // capacity reserved at construction: no throw
-    } else {
-      pages_.erase(it);
-    }
-    return out;
-  }
   if (was_full) { list(base, p); }
-  return std::nullopt;
+  if (p.used != 0) { return std::nullopt; }
+  p.kept_empty = true;  // until the owner's next heap operation, or until more pages are empty
+  empty_.push_back(base);  // capacity reserved at construction: no throw
+  if (empty_.size() <= empty_limit) { return std::nullopt; }
+  std::uintptr_t const oldest = empty_.front();
+  empty_.erase(empty_.begin());
+  return retire(pages_.find(oldest));
+}
+
+std::optional<small_pages::retired_page> small_pages::retire_empty_page() noexcept
+{
+  if (empty_.empty()) { return std::nullopt; }
+  std::uintptr_t const address = empty_.back();
+  empty_.pop_back();
+  return retire(pages_.find(address));
+}
+
+small_pages::retired_page small_pages::retire(std::map<std::uintptr_t, page>::iterator it) noexcept
+{
+  page& p = it->second;
+  retired_page const out{it->first, p.bytes, streams_of(p)};
+  unlist(it->first, p);  // an empty page has room: it is listed
+  p.kept_empty = false;
+  page_bytes_ -= p.bytes;
+  if (spare_.size() < spare_limit) {
+    spare_.push_back(pages_.extract(it));  // capacity reserved at construction: no throw
+  } else {
+    pages_.erase(it);
+  }
+  return out;
 }
 
 bool small_pages::owns(std::uintptr_t address) const noexcept
@@ -239,7 +262,12 @@ void small_pages::check_invariants() const
     if (p.bytes != page_bytes_for(p.block_size) || p.bytes % p.block_size != 0 || p.capacity != p.bytes / p.block_size) {
       fail("the page at " + hex(address) + " has the wrong size for its class");
     }
-    if (p.used == 0) { fail("the page at " + hex(address) + " is empty but not retired"); }
+    if ((p.used == 0) != p.kept_empty) {
+      fail("the page at " + hex(address) + (p.used == 0 ? " is empty but neither kept nor retired" : " is kept empty but in use"));
+    }
+    if (p.kept_empty != (std::find(empty_.begin(), empty_.end(), address) != empty_.end())) {
+      fail("the page at " + hex(address) + " disagrees with the list of empty pages");
+    }
     if (p.used + p.free.size() != p.carved || p.carved > p.capacity) {
       fail("the page at " + hex(address) + ": used + free != carved");
     }
@@ -269,6 +297,10 @@ void small_pages::check_invariants() const
   for (auto const& [address, p] : pages_) { with_room += has_room(p) ? 1 : 0; }
   if (listed != with_room) { fail("a page with room is not listed"); }
   if (bytes != page_bytes_ || used != used_bytes_) { fail("the byte counts disagree"); }
+  if (empty_.size() > empty_limit) { fail("more empty pages kept than " + std::to_string(empty_limit)); }
+  for (std::uintptr_t const address : empty_) {
+    if (!pages_.contains(address)) { fail("a kept empty page " + hex(address) + " is gone"); }
+  }
 }
 
 }  // namespace gpumem::detail

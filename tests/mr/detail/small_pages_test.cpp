@@ -53,7 +53,7 @@ TEST(small_pages, bad_options_are_refused_naming_them)
   EXPECT_THAT([] { small_pages{{.min_blocks_per_page = 0}}; }, testing::ThrowsMessage<logic_error>(testing::HasSubstr("min_blocks_per_page")));
 }
 
-TEST(small_pages, a_page_is_carved_in_order_refilled_last_in_first_out_and_retired_when_empty)
+TEST(small_pages, a_page_is_carved_in_order_refilled_last_in_first_out_kept_when_empty_and_retired_by_the_owner)
 {
   small_pages pages{{}};
   EXPECT_FALSE(pages.take(4 * KiB)) << "no page yet";
@@ -77,10 +77,20 @@ TEST(small_pages, a_page_is_carved_in_order_refilled_last_in_first_out_and_retir
   EXPECT_EQ(pages.take(4 * KiB)->address, blocks[3]);
   for (std::size_t i = 0; i + 1 < blocks.size(); ++i) { EXPECT_FALSE(pages.give_back(blocks[i], 0)); }
   pages.check_invariants();
-  auto const retired = pages.give_back(blocks.back(), 0);
-  ASSERT_TRUE(retired) << "the last block retires the page at once";
+  EXPECT_FALSE(pages.give_back(blocks.back(), 0)) << "the empty page is kept until the owner retires it";
+  EXPECT_EQ(pages.empty_page_count(), 1U);
+  pages.check_invariants();
+  auto const reused = pages.take(4 * KiB);
+  ASSERT_TRUE(reused) << "a kept page serves its class";
+  EXPECT_EQ(reused->address, blocks.back());
+  EXPECT_EQ(pages.empty_page_count(), 0U) << "in use again";
+  EXPECT_FALSE(pages.retire_empty_page()) << "no page is empty";
+  EXPECT_FALSE(pages.give_back(reused->address, 0));
+  auto const retired = pages.retire_empty_page();
+  ASSERT_TRUE(retired) << "the owner retires the empty page before its next heap operation";
   EXPECT_EQ(retired->address, base);
   EXPECT_EQ(retired->bytes, page);
+  EXPECT_FALSE(pages.retire_empty_page());
   EXPECT_EQ(pages.page_count(), 0U);
   EXPECT_EQ(pages.page_bytes(), 0U);
   EXPECT_FALSE(pages.owns(base));
@@ -134,13 +144,40 @@ TEST(small_pages, a_block_carries_the_streams_of_its_last_free_and_a_retired_pag
   EXPECT_FALSE(pages.give_back(c->address, 0b100));
   EXPECT_FALSE(pages.give_back(a.address, 0b10));
   pages.check_invariants();
-  auto const retired = pages.give_back(b->address, 0);
+  EXPECT_FALSE(pages.give_back(b->address, 0)) << "kept empty";
+  auto const retired = pages.retire_empty_page();
   ASSERT_TRUE(retired);
   EXPECT_EQ(retired->streams, 0b110U) << "the union of its blocks' last frees (the first ones were forgotten)";
 }
 
+TEST(small_pages, more_empty_pages_than_the_limit_retire_the_oldest)
+{
+  small_pages pages{{}};
+  std::size_t const page = pages.page_bytes_for(1 * KiB);
+  std::vector<std::uintptr_t> firsts;
+  for (std::size_t i = 0; i <= small_pages::empty_limit; ++i) {
+    firsts.push_back(pages.add_page(base + i * page, 1 * KiB, 0).address);
+  }
+  for (std::size_t i = 0; i < small_pages::empty_limit; ++i) {
+    EXPECT_FALSE(pages.give_back(firsts[i], std::uint64_t{1} << i)) << "kept";
+  }
+  EXPECT_EQ(pages.empty_page_count(), small_pages::empty_limit);
+  auto const oldest = pages.give_back(firsts.back(), 0);
+  ASSERT_TRUE(oldest) << "one more empty page than the limit";
+  EXPECT_EQ(oldest->address, firsts.front());
+  EXPECT_EQ(oldest->streams, 1U);
+  EXPECT_EQ(pages.empty_page_count(), small_pages::empty_limit);
+  pages.check_invariants();
+  std::size_t retired = 0;
+  while (pages.retire_empty_page()) { ++retired; }
+  EXPECT_EQ(retired, small_pages::empty_limit);
+  EXPECT_EQ(pages.page_count(), 0U);
+  pages.check_invariants();
+}
+
 // 200 000 random steps against a model: live blocks never overlap, lie in owned pages, the byte counts agree,
-// pages come from a simulated heap and retire to it; invariants after every step of the first 20 000.
+// pages come from a simulated heap and retire to it (kept empty pages before every heap operation, as the owner
+// does); invariants after every step of the first 20 000.
 TEST(small_pages, random_steps_agree_with_a_model)
 {
   small_pages pages{{.small_limit = 128 * KiB, .min_page_bytes = 64 * KiB}};
@@ -156,6 +193,11 @@ TEST(small_pages, random_steps_agree_with_a_model)
       std::size_t const cls = pages.class_of(bytes);
       auto b = pages.take(bytes);
       if (!b) {
+        while (auto const r = pages.retire_empty_page()) {  // before the heap operation
+          ++retired;
+          ASSERT_FALSE(pages.owns(r->address));
+          heap_free[r->bytes].push_back(r->address);
+        }
         std::size_t const page = pages.page_bytes_for(cls);
         std::uintptr_t address = 0;
         if (auto& spare = heap_free[page]; !spare.empty()) {
@@ -190,6 +232,8 @@ TEST(small_pages, random_steps_agree_with_a_model)
   }
   EXPECT_GT(retired, 100U) << "pages retire along the way";
   for (auto const& [address, cls] : live) { (void)pages.give_back(address, 0); }
+  EXPECT_EQ(pages.page_count(), pages.empty_page_count()) << "only kept empty pages stay";
+  while (pages.retire_empty_page()) {}
   EXPECT_EQ(pages.page_count(), 0U) << "every page retired once its blocks were freed";
   EXPECT_EQ(pages.page_bytes(), 0U);
   pages.check_invariants();

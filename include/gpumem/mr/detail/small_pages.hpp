@@ -1,7 +1,11 @@
 /**
  * @file small_pages.hpp
  * Small blocks in pages of their own: each page is one block of the virtual heap (virtual_heap.hpp), cut
- * into equal blocks of one size class, and goes back to the heap as soon as its last block is freed.
+ * into equal blocks of one size class, and goes back to the heap once its last block is freed: the owner
+ * retires the empty pages (retire_empty_page) before its next operation on the heap, so a page emptied and
+ * refilled between two heap operations (a block of one size allocated and freed in a loop) stays, and the heap
+ * sees the same free ranges as if every empty page had gone back at once. At most empty_limit pages are kept
+ * empty; one more retires the oldest.
  *
  * Why: a small block placed among large free ranges splits them, and while it lives the pool must grow for
  * a large request that the range would have held. Kept in pages, small blocks pin at most their pages, and
@@ -26,7 +30,8 @@
  * Invariants (check_invariants()):
  *   pages do not overlap; a page's size is page_bytes_for(its class), a multiple of its class;
  *   a page's free blocks are exactly the carved blocks not in use, each once (a bitmap);
- *   used + free + uncarved == capacity; a page with used == 0 does not exist (it was retired);
+ *   used + free + uncarved == capacity; a page has used == 0 iff it is kept empty, and then it is in the list
+ *   of kept empty pages, which holds at most empty_limit pages;
  *   a page is in its class's list of pages with room (a doubly linked list) iff it has room;
  *   used_bytes() == sum of used * class, page_bytes() == sum of page sizes.
  *
@@ -49,6 +54,9 @@ namespace gpumem::detail {
 /** @brief See the file comment. */
 class GPUMEM_EXPORT small_pages {
  public:
+  /// Empty pages kept until the owner's next heap operation.
+  static constexpr std::size_t empty_limit = 4;
+
   /** @brief The shape of the pages. */
   struct options {
     std::size_t small_limit{std::size_t{128} << 10};     ///< the largest request served from pages
@@ -98,12 +106,23 @@ class GPUMEM_EXPORT small_pages {
   block add_page(std::uintptr_t address, std::size_t bytes, std::uint64_t streams);
 
   /**
-   * @brief Frees the block at `address`, freed on the streams of `streams`.
-   * @return the page, when this was its last block: it is forgotten, give it back to the heap.
+   * @brief Frees the block at `address`, freed on the streams of `streams`. When this was the page's last
+   * block, the page is kept empty (the file comment), and when that makes more than empty_limit, the oldest
+   * kept page is retired.
+   * @return the retired page, if any: it is forgotten, give it back to the heap.
    * @throws gpumem::logic_error if no page holds `address`, it is not a block's start, or the block is
    *         already free (a double free); nothing changes then.
    */
   [[nodiscard]] std::optional<retired_page> give_back(std::uintptr_t address, std::uint64_t streams);
+
+  /**
+   * @brief Retires one kept empty page (the owner calls it until it returns nullopt before every operation on
+   * the heap, so that empty pages coalesce with their neighbours first).
+   * @return the retired page (forgotten here: give it back to the heap), or nullopt when none is kept.
+   */
+  [[nodiscard]] std::optional<retired_page> retire_empty_page() noexcept;
+  /** @return how many empty pages are kept (at most empty_limit). */
+  [[nodiscard]] std::size_t empty_page_count() const noexcept { return empty_.size(); }
 
   /** @return whether some page holds `address`. */
   [[nodiscard]] bool owns(std::uintptr_t address) const noexcept;
@@ -133,6 +152,7 @@ class GPUMEM_EXPORT small_pages {
     std::vector<std::uint64_t> streams;   // per carved block: the streams of its last free
     std::vector<std::uint32_t> free;       // indices of free carved blocks (a stack)
     std::vector<std::uint64_t> is_free;    // bitmap over [0, capacity): carved and free
+    bool kept_empty{};                     // empty, waiting in empty_ to be retired
     std::uintptr_t newer{};                // neighbours in its class's list of pages with room (0: none)
     std::uintptr_t older{};
   };
@@ -140,6 +160,8 @@ class GPUMEM_EXPORT small_pages {
   [[nodiscard]] bool has_room(page const& p) const noexcept { return !p.free.empty() || p.carved < p.capacity; }
   /// The union of the streams of p's blocks (first_streams for the uncarved ones).
   [[nodiscard]] static std::uint64_t streams_of(page const& p) noexcept;
+  /// Forgets the kept empty page at `it` (already out of the list of empty pages). @return it, to retire.
+  retired_page retire(std::map<std::uintptr_t, page>::iterator it) noexcept;
   /// A block of `p` (which has room); unlists `p` when that fills it.
   block take_from(std::uintptr_t address, page& p);
   /// Puts the page at `address` first in its class's list of pages with room (the class's entry exists).
@@ -151,6 +173,7 @@ class GPUMEM_EXPORT small_pages {
   std::map<std::uintptr_t, page> pages_;                           // by address
   std::map<std::size_t, std::uintptr_t> newest_with_room_;  // class -> the head of its pages with room (0: none)
   static constexpr std::size_t spare_limit = 16;
+  std::vector<std::uintptr_t> empty_;  // kept empty pages, oldest first
   std::vector<std::map<std::uintptr_t, page>::node_type> spare_;  // retired pages' nodes, kept for reuse
   std::size_t page_bytes_{};
   std::size_t used_bytes_{};
