@@ -64,8 +64,9 @@ constexpr std::array<std::pair<char const*, resource_kind>, 6> resource_names{{{
 struct torch_config {
   resource_kind resource{resource_kind::vmm};
   // slab_size, release_threshold, mapping_divisor, max_mapping_size; the defaults are gpumem.torch's (pieces of
-  // 2 MiB: _config.py's DEFAULTS), also for torch_allocator() without install()
-  mr::vmm_pool_options vmm{.slab_size = std::size_t{2} << 20, .mapping_divisor = 0};
+  // 2 MiB: _config.py's DEFAULTS), also for torch_allocator() without install(). Small blocks come from the
+  // heap itself, not from pages of their size class: docs/python.md, "Why these defaults".
+  mr::vmm_pool_options vmm{.slab_size = std::size_t{2} << 20, .mapping_divisor = 0, .small_block_limit = 0};
   std::size_t initial_pool_size{};
   std::optional<std::size_t> maximum_pool_size;
   std::optional<std::size_t> memory_limit;

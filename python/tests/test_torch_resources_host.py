@@ -45,6 +45,7 @@ def test_the_default_vmm_pool_is_built_on_the_devices_first_allocation(hooks):
     pool = gpumem.torch.resource(0)
     assert isinstance(pool, mr.VmmPoolMemoryResource)
     assert (pool.slab_size, pool.mapping_divisor) == (2 * MiB, 0)  # gpumem.torch's defaults: pieces of 2 MiB
+    assert (pool.small_block_limit, pool.small_page_count) == (0, 0)  # and small blocks from the heap itself
     assert isinstance(mr.get_per_device_resource(0), mr.VmmPoolMemoryResource)
     assert pool.bytes_in_use == 1024  # rounded up to 256
     q = gpumem.alloc(4096)  # gpumem's other users share the pool
