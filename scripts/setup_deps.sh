@@ -7,7 +7,8 @@
 #   GPUMEM_DEPS_TESTS=1 bash scripts/setup_deps.sh    # also what only the tests need (Chromium, which
 #                                                     # renders `gpumem report` pages in report.chromium)
 #   GPUMEM_DEPS_PYTHON=1 bash scripts/setup_deps.sh   # also the Python package's build/test packages
-#                                                     # (python3-dev, python3-pybind11, numpy, pytest)
+#                                                     # (python3-dev, python3-pybind11, numpy, pytest,
+#                                                     # dask and distributed)
 #   GPUMEM_DEPS_EXTRA="valgrind" bash scripts/setup_deps.sh   # and any other packages
 #
 # A tool counts as present when it is found where builds look for it (a source install under /usr/local
@@ -61,6 +62,8 @@ present() {
     python3-pybind11) py_has pybind11 ;;
     python3-numpy)    py_has numpy ;;
     python3-pytest)   py_has pytest ;;
+    python3-dask)     py_has dask ;;
+    python3-distributed) py_has distributed ;;
     *)                dpkg_has "$1" ;;
   esac || dpkg_has "$1"
 }
@@ -72,8 +75,9 @@ if [[ ${GPUMEM_DEPS_TESTS:-0} == 1 ]]; then
   packages+=(python3 chromium)
 fi
 if [[ ${GPUMEM_DEPS_PYTHON:-0} == 1 ]]; then
-  # The Python package (GPUMEM_BUILD_PYTHON): headers, pybind11, and what its tests use.
-  packages+=(python3 python3-dev python3-pybind11 python3-numpy python3-pytest)
+  # The Python package (GPUMEM_BUILD_PYTHON): headers, pybind11, and what its tests use (Dask's distributed
+  # for gpumem.dask's LocalCluster tests).
+  packages+=(python3 python3-dev python3-pybind11 python3-numpy python3-pytest python3-dask python3-distributed)
 fi
 # GPUMEM_DEPS_EXTRA="pkg ...": more Debian packages that a caller needs (checked with dpkg).
 read -r -a extra <<<"${GPUMEM_DEPS_EXTRA:-}"

@@ -1,0 +1,137 @@
+"""gpumem.dask: the worker plugin on a real distributed.LocalCluster (worker processes), on whatever backend
+gpumem runs (the host backend in CI), with a blockwise array computation made through gpumem."""
+
+import os
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+dask_array = pytest.importorskip("dask.array")
+
+import gpumem  # noqa: E402
+import gpumem.dask  # noqa: E402
+from gpumem.dask import GpumemPlugin, from_dask_cuda_options  # noqa: E402
+
+
+# ---- the plugin's options, checked on the client -------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(resource="rmm"), ["resource", "'rmm'", "vmm, pool"]),
+    (dict(resource="pool", initial_pool_size="lots"), ["initial_pool_size", "lots"]),
+    (dict(resource="pool", initial_pool_size=-1), ["initial_pool_size", "negative"]),
+    (dict(resource="vmm", initial_pool_size="1GiB"), ["initial_pool_size", "'vmm'"]),
+    (dict(resource="async", maximum_pool_size="1GiB"), ["maximum_pool_size", "'async'"]),
+    (dict(resource="pool", initial_pool_size="2GiB", maximum_pool_size="1GiB"), ["maximum_pool_size", "below"]),
+    (dict(resource="vmm", managed=True), ["managed"]),
+    (dict(device=-1), ["device", "-1"]),
+    (dict(device="0"), ["device"]),
+    (dict(frameworks=("cupy", "jax")), ["frameworks", "jax"]),
+])
+def test_bad_options_are_refused_on_the_client_naming_them(kwargs, words):
+    with pytest.raises((ValueError, TypeError)) as error:
+        GpumemPlugin(**kwargs)
+    for word in words:
+        assert word in str(error.value)
+
+
+def test_sizes_are_ints_or_size_strings():
+    plugin = GpumemPlugin("pool", initial_pool_size="64MiB", maximum_pool_size=1 << 30)
+    assert (plugin.initial_pool_size, plugin.maximum_pool_size) == (64 << 20, 1 << 30)
+    with pytest.raises(TypeError, match="initial_pool_size"):
+        GpumemPlugin("pool", initial_pool_size=1.5)
+
+
+@pytest.mark.parametrize("options, resource, managed", [
+    (dict(), "cuda", False),
+    (dict(rmm_managed_memory=True), "managed", False),
+    (dict(rmm_pool_size="1GiB"), "pool", False),
+    (dict(rmm_pool_size="1GiB", rmm_managed_memory=True), "pool", True),
+    (dict(rmm_maximum_pool_size="2GiB"), "pool", False),
+    (dict(rmm_async=True, rmm_pool_size="1GiB"), "async", False),
+])
+def test_dask_cuda_options_map_to_the_plugin(options, resource, managed):
+    plugin = from_dask_cuda_options(**options, rmm_log_directory="/tmp/logs", statistics=False)
+    assert (plugin.resource, plugin.managed, plugin.log_directory, plugin.statistics) == (resource, managed, "/tmp/logs", False)
+    if "rmm_pool_size" in options:
+        assert plugin.initial_pool_size == 1 << 30
+
+
+def test_dask_cuda_refuses_async_with_managed_memory_and_so_do_we():
+    with pytest.raises(ValueError, match="rmm_async and rmm_managed_memory"):
+        from_dask_cuda_options(rmm_async=True, rmm_managed_memory=True)
+
+
+def test_without_a_plugin_a_process_reports_no_resource():
+    assert gpumem.dask.worker_info() == {"resource": None}
+
+
+# ---- on a cluster ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  worker_dashboard_address=None) as local:
+        yield local
+
+
+def _block_through_gpumem(block):
+    """A block's round trip through device memory from the worker's gpumem resource, then 2x + 1 on the host."""
+    device = gpumem.DeviceBuffer.to_device(np.ascontiguousarray(block).tobytes())
+    back = np.frombuffer(device.tobytes(), dtype=block.dtype).reshape(block.shape)
+    return back * 2 + 1
+
+
+def test_every_worker_gets_the_resource_logs_and_counts_a_blockwise_computation(cluster, tmp_path):
+    logs = tmp_path / "logs"
+    with distributed.Client(cluster) as client:
+        client.register_worker_plugin(GpumemPlugin("pool", initial_pool_size="16MiB", log_directory=str(logs)))
+        try:
+            x = dask_array.arange(64 * 1024, chunks=4096, dtype=np.float64).reshape(256, 256).rechunk((32, 256))
+            result = x.map_blocks(_block_through_gpumem, dtype=np.float64).sum().compute()
+            expected = (np.arange(64 * 1024, dtype=np.float64) * 2 + 1).sum()
+            assert result == expected
+
+            infos = gpumem.dask.gather_statistics(client)
+            assert set(infos) == set(cluster.scheduler_info["workers"])
+            for info in infos.values():
+                assert (info["resource"], info["resource_type"], info["device"]) == ("pool", "PoolMemoryResource", 0)
+                assert info["statistics"]["current_bytes"] == 0, "every block went back"
+                assert os.path.dirname(info["log_file"]) == str(logs)
+                assert set(info["frameworks"]) == {"cupy", "torch", "numba"}
+            total = sum(info["statistics"]["total_count"] for info in infos.values())
+            assert total >= 8, "the eight blocks were allocated through gpumem on the workers"
+            rows = 0
+            for info in infos.values():
+                with open(info["log_file"]) as log:
+                    lines = log.read().splitlines()
+                assert lines[0].startswith("Thread,Time,Action,Pointer,Size,Stream")
+                rows += len(lines) - 1
+            assert rows == 2 * total, "one allocate and one free row per block"
+        finally:
+            client.unregister_worker_plugin("gpumem")
+        assert all(info == {"resource": None} for info in gpumem.dask.gather_statistics(client).values()), \
+            "teardown restored the previous resource"
+
+
+def test_a_worker_that_joins_later_is_set_up_too(cluster):
+    with distributed.Client(cluster) as client:
+        client.register_worker_plugin(GpumemPlugin("vmm", maximum_pool_size="256MiB", statistics=False))
+        try:
+            cluster.scale(3)
+            client.wait_for_workers(3, timeout=60)
+            infos = gpumem.dask.gather_statistics(client)
+            assert len(infos) == 3
+            assert all(info["resource_type"] == "VmmPoolMemoryResource" and info["statistics"] is None
+                       for info in infos.values())
+            assert all(info["log_file"] is None for info in infos.values())
+        finally:
+            client.unregister_worker_plugin("gpumem")
+            cluster.scale(2)
+
+
+def test_a_setup_that_fails_is_reported_to_the_client_and_changes_nothing(cluster):
+    with distributed.Client(cluster) as client:
+        with pytest.raises(ValueError, match="device 64 does not exist"):
+            client.register_worker_plugin(GpumemPlugin("cuda", device=64))
+        assert all(info == {"resource": None} for info in gpumem.dask.gather_statistics(client).values())
