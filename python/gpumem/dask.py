@@ -20,6 +20,13 @@ backend, it then makes gpumem their allocator (``frameworks``); ``worker_info()`
 why the others were not. ``teardown`` (the worker closing, or ``client.unregister_worker_plugin``) flushes the
 log and restores the resource the device had before.
 
+Spilling: with ``device_memory_limit``, each worker also gets a ``gpumem.SpillManager`` of that budget over
+its resource (``spill_manager()`` on the worker). Data a task keeps as ``unified_array(block)`` live in
+``gpumem.UnifiedBuffer`` objects under that budget: when a new one does not fit, the least recently used
+device copies go to the host, and the next device access brings them back, so a worker can hold more device
+data than its GPU has. UnifiedBuffers travel between workers and to the client through Dask's serialization
+(their current data, as a NumPy array; they arrive on the receiver's device, under its budget).
+
 dask-cuda's RMM options map to the plugin through ``from_dask_cuda_options``.
 
 Importing this module imports ``distributed``.
@@ -31,9 +38,11 @@ import importlib
 import os
 from typing import Any, Dict, Iterable, Optional, Union
 
+import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
+from distributed.protocol import dask_deserialize, dask_serialize
 
-from . import _gpumem, mr
+from . import SpillManager, UnifiedBuffer, _gpumem, mr
 from ._reinitialize import _size
 
 RESOURCES = ("vmm", "pool", "async", "cuda", "managed")
@@ -64,7 +73,8 @@ class GpumemPlugin(WorkerPlugin):
     with a pool). ``device``: the device to set up (None: the worker's current device). ``statistics``: count
     allocations (gather_statistics). ``log_directory``: log every allocation as CSV, one file per worker
     (created if missing). ``frameworks``: which of CuPy, PyTorch and Numba to give gpumem as their allocator
-    where they are importable.
+    where they are importable. ``device_memory_limit``: a SpillManager budget per worker (the module's
+    documentation; None: no spilling).
 
     Raises ValueError (or TypeError) on the client, when the plugin is made, for an unknown resource or
     framework, a bad size, a size the resource does not take, or ``managed`` with another resource than pool.
@@ -75,7 +85,7 @@ class GpumemPlugin(WorkerPlugin):
     def __init__(self, resource: str = "vmm", *, initial_pool_size: Union[int, str, None] = None,
                  maximum_pool_size: Union[int, str, None] = None, managed: bool = False,
                  device: Optional[int] = None, statistics: bool = True, log_directory: Optional[str] = None,
-                 frameworks: Iterable[str] = FRAMEWORKS):
+                 frameworks: Iterable[str] = FRAMEWORKS, device_memory_limit: Union[int, str, None] = None):
         if resource not in RESOURCES:
             raise ValueError(f"GpumemPlugin: resource {resource!r} is not one of {', '.join(RESOURCES)}")
         self.resource = resource
@@ -97,6 +107,9 @@ class GpumemPlugin(WorkerPlugin):
         self.device = device
         self.statistics = bool(statistics)
         self.log_directory = None if log_directory is None else os.fspath(log_directory)
+        self.device_memory_limit = _check_size(device_memory_limit, "device_memory_limit")
+        if self.device_memory_limit == 0:
+            raise ValueError("GpumemPlugin: device_memory_limit must be positive (None: no spilling)")
         self.frameworks = tuple(frameworks)
         unknown = [f for f in self.frameworks if f not in FRAMEWORKS]
         if unknown:
@@ -136,10 +149,14 @@ class GpumemPlugin(WorkerPlugin):
             label = str(name if name is not None else os.getpid()).replace(os.sep, "_")
             log_file = os.path.join(os.path.abspath(self.log_directory), f"gpumem.{label}.csv")
             chain.append(mr.LoggingResourceAdaptor(chain[-1], log_file))
+        spill = None
+        if self.device_memory_limit is not None:
+            with _gpumem.cuda.Device(device):
+                spill = SpillManager(self.device_memory_limit, chain[-1])
         previous = mr.get_per_device_resource(device)
         mr.set_per_device_resource(device, chain[-1])
         _state.clear()
-        _state.update(plugin=self, device=device, chain=chain, previous=previous, log_file=log_file,
+        _state.update(plugin=self, device=device, chain=chain, previous=previous, log_file=log_file, spill=spill,
                       frameworks=self._set_frameworks())
 
     def _set_frameworks(self) -> Dict[str, str]:
@@ -195,9 +212,40 @@ def worker_info() -> Dict[str, Any]:
                      ("current_bytes", "current_count", "peak_bytes", "peak_count", "total_bytes", "total_count")}
     if isinstance(chain[-1], mr.LoggingResourceAdaptor):
         chain[-1].flush()
+    spill = _state["spill"]
     return {"resource": _state["plugin"].resource, "resource_type": type(chain[0]).__name__,
             "device": _state["device"], "statistics": stats, "log_file": _state["log_file"],
-            "frameworks": dict(_state["frameworks"])}
+            "frameworks": dict(_state["frameworks"]),
+            "spilling": None if spill is None else dict(spill.statistics(), budget=spill.budget,
+                                                          used_bytes=spill.used_bytes)}
+
+
+def spill_manager() -> Optional[SpillManager]:
+    """On a worker: the SpillManager of its plugin's ``device_memory_limit``; None without one (or without
+    the plugin)."""
+    return _state.get("spill")
+
+
+def unified_array(array) -> UnifiedBuffer:
+    """A UnifiedBuffer holding a copy of ``array`` (anything NumPy can make an array of) on the device, under the
+    worker's spill budget when it has one (``spill_manager()``). Raises gpumem.OutOfMemoryError when the
+    device copy does not fit even after spilling (or, without a budget, when the device is full)."""
+    host = np.ascontiguousarray(array)
+    buffer = UnifiedBuffer(host.shape, host.dtype, spill=spill_manager())
+    buffer.copy_from(host)
+    return buffer
+
+
+@dask_serialize.register(UnifiedBuffer)
+def _serialize_unified_buffer(buffer: UnifiedBuffer):
+    host = buffer.to_numpy()
+    return {"shape": host.shape, "dtype": host.dtype.str}, [host.tobytes()]
+
+
+@dask_deserialize.register(UnifiedBuffer)
+def _deserialize_unified_buffer(header, frames) -> UnifiedBuffer:
+    data = b"".join(bytes(frame) for frame in frames)
+    return unified_array(np.frombuffer(data, dtype=np.dtype(header["dtype"])).reshape(header["shape"]))
 
 
 def gather_statistics(client) -> Dict[str, Dict[str, Any]]:
@@ -225,4 +273,5 @@ def from_dask_cuda_options(rmm_pool_size: Union[int, str, None] = None,
     return GpumemPlugin("managed" if rmm_managed_memory else "cuda", log_directory=rmm_log_directory, **options)
 
 
-__all__ = ["FRAMEWORKS", "RESOURCES", "GpumemPlugin", "from_dask_cuda_options", "gather_statistics", "worker_info"]
+__all__ = ["FRAMEWORKS", "RESOURCES", "GpumemPlugin", "from_dask_cuda_options", "gather_statistics", "spill_manager",
+           "unified_array", "worker_info"]

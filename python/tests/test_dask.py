@@ -135,3 +135,81 @@ def test_a_setup_that_fails_is_reported_to_the_client_and_changes_nothing(cluste
         with pytest.raises(ValueError, match="device 64 does not exist"):
             client.register_worker_plugin(GpumemPlugin("cuda", device=64))
         assert all(info == {"resource": None} for info in gpumem.dask.gather_statistics(client).values())
+
+
+# ---- spilling: a device-memory limit per worker ------------------------------------------------------------------
+
+def test_a_zero_device_memory_limit_is_refused():
+    with pytest.raises(ValueError, match="device_memory_limit"):
+        GpumemPlugin(device_memory_limit=0)
+    assert GpumemPlugin(device_memory_limit="48MiB").device_memory_limit == 48 << 20
+
+
+def _block(i):
+    return gpumem.dask.unified_array(np.full(1 << 20, float(i)))  # 8 MiB on the device
+
+
+def _device_sum(buffer):
+    """The sum of a buffer's data after bringing its device copy back; and where its data were before."""
+    before = buffer.state.name
+    _ = buffer.device  # the device copy is current again (brought back if it was spilled)
+    assert buffer.state.name in ("DEVICE_ONLY", "DEVICE_DIRTY", "SYNCHRONIZED"), buffer.state
+    return float(buffer.to_numpy().sum()), before
+
+
+def _hold_sixteen_blocks(client):
+    """16 blocks of 8 MiB kept at once on one worker whose device has 64 MiB, then each used on the device."""
+    blocks = [client.submit(_block, i, pure=False) for i in range(16)]
+    distributed.wait(blocks)  # all made before any is used
+    return client.gather([client.submit(_device_sum, block) for block in blocks])
+
+
+@pytest.fixture()
+def small_device_cluster(monkeypatch):
+    monkeypatch.setenv("GPUMEM_HOST_MEMORY", str(64 << 20))  # the worker's emulated device: 64 MiB
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  worker_dashboard_address=None) as local:
+        yield local
+
+
+def test_a_job_larger_than_the_device_runs_out_of_memory_without_spilling_and_finishes_with_it(small_device_cluster):
+    if gpumem.cuda.get_backend() != "host":
+        pytest.skip("sizes the device through GPUMEM_HOST_MEMORY, which only the host backend reads")
+    with distributed.Client(small_device_cluster) as client:
+        client.register_worker_plugin(GpumemPlugin("cuda"))
+        try:
+            with pytest.raises(gpumem.OutOfMemoryError):
+                _hold_sixteen_blocks(client)
+        finally:
+            client.unregister_worker_plugin("gpumem")
+        client.restart()
+
+        client.register_worker_plugin(GpumemPlugin("cuda", device_memory_limit="48MiB"))
+        try:
+            results = _hold_sixteen_blocks(client)
+            assert [total for total, _ in results] == [float(i) * (1 << 20) for i in range(16)], \
+                "every block's data survived its spills"
+            assert sum(before == "HOST_ONLY" for _, before in results) >= 10, \
+                "the blocks spilled while the others were made came back to the device when used"
+            (info,) = gpumem.dask.gather_statistics(client).values()
+            spilling = info["spilling"]
+            assert spilling["budget"] == 48 << 20 and spilling["used_bytes"] <= 48 << 20
+            assert spilling["copies_back"] >= 10, "device-only data were copied to the host before their device copy went"
+            assert spilling["failed_allocations"] == 0
+        finally:
+            client.unregister_worker_plugin("gpumem")
+
+
+def test_unified_buffers_travel_between_workers_and_to_the_client(cluster):
+    with distributed.Client(cluster) as client:
+        client.register_worker_plugin(GpumemPlugin("cuda", device_memory_limit="32MiB"))
+        try:
+            a, b = list(cluster.scheduler_info["workers"])
+            made = client.submit(gpumem.dask.unified_array, np.arange(1000, dtype=np.int32), workers=[a], pure=False)
+            moved = client.submit(_device_sum, made, workers=[b], pure=False)
+            assert moved.result()[0] == float(np.arange(1000).sum())
+            back = made.result()
+            assert isinstance(back, gpumem.UnifiedBuffer)
+            np.testing.assert_array_equal(back.to_numpy(), np.arange(1000, dtype=np.int32))
+        finally:
+            client.unregister_worker_plugin("gpumem")
