@@ -4,8 +4,9 @@
  * it with physical memory in slabs as it grows (CUDA's virtual memory management: cuMemCreate, cuMemMap,
  * cuMemSetAccess), and moves or releases the physical memory of slabs that become wholly free. Free ranges
  * coalesce across growth boundaries, because the growth is contiguous in virtual addresses.
- * The algorithm is mr/detail/virtual_heap.hpp; docs/PERFORMANCE.md ("Fragmentation") has what it buys on
- * real PyTorch training and inference logs.
+ * The algorithm is mr/detail/virtual_heap.hpp; docs/vmm_pool.md gives the reasoning behind the design and
+ * the cost of each call, and docs/PERFORMANCE.md ("Fragmentation") what it buys on real PyTorch training and
+ * inference logs.
  *
  *     gpumem::mr::vmm_pool_memory_resource pool;                      // the current device, 32 MiB slabs
  *     void* p = pool.allocate(bytes, stream);
