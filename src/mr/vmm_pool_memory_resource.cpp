@@ -395,19 +395,16 @@ std::uintptr_t vmm_pool_memory_resource::cache_key(cuda_stream_view stream) noex
 
 bool vmm_pool_memory_resource::cache_freed_block(cuda_stream_view stream, std::size_t size, std::uintptr_t address)
 {
-  // Only the default streams: a block cached for an explicit stream serves only that stream on this thread,
-  // and programs that spread work over explicit streams allocate on one and free on another.
+  // Only the default streams (which outlive every call): a block cached for an explicit stream serves only
+  // that stream on this thread, and programs that spread work over explicit streams allocate on one and free
+  // on another.
   if (!stream.is_default() && !stream.is_per_thread_default()) { return false; }
   detail::thread_cache* const mine = caches_.local();
   if (mine == nullptr) { return false; }
   detail::lock_guard cache_lock{mine->lock};
   if (mine->detached) { return false; }
-  std::uintptr_t const key = cache_key(stream);
-  auto const spill_here = [this](detail::block_cache::spill_batch const& batch) noexcept { spill(batch, true); };
-  if (mine->cache.push_to_slot(key, size, address, spill_here)) { return true; }
-  // A new slot only for a stream gpumem may use later (a slot is emptied before its stream is destroyed).
-  if (!mine->cache.has_stream(key) && !detail::stream_outlives_calls(stream)) { return false; }
-  mine->cache.push(key, size, address, spill_here);
+  mine->cache.push(cache_key(stream), size, address,
+                   [this](detail::block_cache::spill_batch const& batch) noexcept { spill(batch, true); });
   return true;
 }
 

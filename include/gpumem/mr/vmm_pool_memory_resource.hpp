@@ -141,10 +141,9 @@ struct vmm_pool_options {
   std::size_t small_block_limit{std::size_t{128} << 10};
   /// Small blocks of at most this many bytes (at most small_block_limit) go through the thread caches (the
   /// file comment); 0 (the default) turns the caches off, and so does a release_threshold (a cached block
-  /// would keep its page from the heap). Off by default: they speed up allocation-heavy single-threaded
-  /// programs (a third less time per operation on the PyTorch generation logs, the training logs within
-  /// run-to-run spread), but a block freed and cached by one thread stays out of the other threads' reach
-  /// until the pool drains the caches, which happens only before it takes a page or grows.
+  /// would keep its page from the heap). Off by default: they speed up single-threaded loops of many small
+  /// allocations (docs/vmm_pool.md), but a block freed and cached by one thread stays out of the other
+  /// threads' reach until the pool drains the caches, which happens only before it takes a page or grows.
   std::size_t thread_cache_limit{0};
 };
 

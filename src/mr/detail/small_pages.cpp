@@ -82,13 +82,12 @@ small_pages::block small_pages::take_from(std::uintptr_t address, page& p)
     index = p.carved++;
     p.streams[index] = p.first_streams;  // never used: the streams of the heap range the page came from
   }
-  if (p.kept_empty) {  // in use again
-    p.kept_empty = false;
-    empty_.erase(std::find(empty_.begin(), empty_.end(), address));
+  if (p.used == 0) {  // a kept empty page in use again (or a page add_page has just made)
+    if (auto const kept = std::find(empty_.begin(), empty_.end(), address); kept != empty_.end()) { empty_.erase(kept); }
   }
   ++p.used;
   used_bytes_ += p.block_size;
-  if (!has_room(p)) { unlist(address, p); }
+  if (!has_room(p)) { unlist(p); }
   return block{address + index * p.block_size, p.streams[index]};
 }
 
@@ -101,7 +100,7 @@ void small_pages::list(std::uintptr_t address, page& p) noexcept
   newest = address;
 }
 
-void small_pages::unlist(std::uintptr_t address, page& p) noexcept
+void small_pages::unlist(page& p) noexcept
 {
   if (p.newer != 0) {
     pages_.find(p.newer)->second.older = p.older;
@@ -111,7 +110,6 @@ void small_pages::unlist(std::uintptr_t address, page& p) noexcept
   if (p.older != 0) { pages_.find(p.older)->second.newer = p.newer; }
   p.newer = 0;
   p.older = 0;
-  (void)address;
 }
 
 std::optional<small_pages::block> small_pages::take(std::size_t bytes)
@@ -152,7 +150,6 @@ small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t byt
   p.first_streams = streams;
   p.newer = 0;
   p.older = 0;
-  p.kept_empty = false;
   p.streams.resize(p.capacity);  // may throw (the node is dropped): nothing changed yet
   p.is_free.assign((p.capacity + 63) / 64, 0);
   p.free.clear();
@@ -189,7 +186,7 @@ std::optional<small_pages::retired_page> small_pages::give_back(std::uintptr_t a
   p.streams[index] = streams;
   if (was_full) { list(base, p); }
   if (p.used != 0) { return std::nullopt; }
-  p.kept_empty = true;  // until the owner's next heap operation, or until more pages are empty
+  // Kept until the owner's next heap operation, or until more pages are empty.
   empty_.push_back(base);  // capacity reserved at construction: no throw
   if (empty_.size() <= empty_limit) { return std::nullopt; }
   std::uintptr_t const oldest = empty_.front();
@@ -209,8 +206,7 @@ small_pages::retired_page small_pages::retire(std::map<std::uintptr_t, page>::it
 {
   page& p = it->second;
   retired_page const out{it->first, p.bytes, streams_of(p)};
-  unlist(it->first, p);  // an empty page has room: it is listed
-  p.kept_empty = false;
+  unlist(p);  // an empty page has room: it is listed
   page_bytes_ -= p.bytes;
   if (spare_.size() < spare_limit) {
     spare_.push_back(pages_.extract(it));  // capacity reserved at construction: no throw
@@ -262,11 +258,9 @@ void small_pages::check_invariants() const
     if (p.bytes != page_bytes_for(p.block_size) || p.bytes % p.block_size != 0 || p.capacity != p.bytes / p.block_size) {
       fail("the page at " + hex(address) + " has the wrong size for its class");
     }
-    if ((p.used == 0) != p.kept_empty) {
-      fail("the page at " + hex(address) + (p.used == 0 ? " is empty but neither kept nor retired" : " is kept empty but in use"));
-    }
-    if (p.kept_empty != (std::find(empty_.begin(), empty_.end(), address) != empty_.end())) {
-      fail("the page at " + hex(address) + " disagrees with the list of empty pages");
+    if ((p.used == 0) != (std::find(empty_.begin(), empty_.end(), address) != empty_.end())) {
+      fail("the page at " + hex(address) + (p.used == 0 ? " is empty but neither kept nor retired"
+                                                        : " is in the list of empty pages but in use"));
     }
     if (p.used + p.free.size() != p.carved || p.carved > p.capacity) {
       fail("the page at " + hex(address) + ": used + free != carved");

@@ -152,7 +152,6 @@ class GPUMEM_EXPORT small_pages {
     std::vector<std::uint64_t> streams;   // per carved block: the streams of its last free
     std::vector<std::uint32_t> free;       // indices of free carved blocks (a stack)
     std::vector<std::uint64_t> is_free;    // bitmap over [0, capacity): carved and free
-    bool kept_empty{};                     // empty, waiting in empty_ to be retired
     std::uintptr_t newer{};                // neighbours in its class's list of pages with room (0: none)
     std::uintptr_t older{};
   };
@@ -167,7 +166,7 @@ class GPUMEM_EXPORT small_pages {
   /// Puts the page at `address` first in its class's list of pages with room (the class's entry exists).
   void list(std::uintptr_t address, page& p) noexcept;
   /// Removes the page at `address` from its class's list of pages with room.
-  void unlist(std::uintptr_t address, page& p) noexcept;
+  void unlist(page& p) noexcept;
 
   options options_;
   std::map<std::uintptr_t, page> pages_;                           // by address
