@@ -7,11 +7,13 @@
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/error.hpp>
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +43,24 @@ void report_free_failure(cudaError_t status, char const* call, void* ptr) noexce
     (void)cudaGetLastError();
     std::fprintf(stderr, "gpumem cuda backend: %s(%p) failed: %s\n", call, ptr, cudaGetErrorString(status));
   }
+}
+
+/// cuMemGetAddressRange, looked up once through the runtime (gpumem does not link libcuda); null when the
+/// driver lacks it.
+decltype(&::cuMemGetAddressRange) address_range_call() noexcept
+{
+  static decltype(&::cuMemGetAddressRange) const call = [] {
+    void* address = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &address, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      static_cast<void>(cudaGetLastError());
+      return static_cast<decltype(&::cuMemGetAddressRange)>(nullptr);
+    }
+    return reinterpret_cast<decltype(&::cuMemGetAddressRange)>(address);
+  }();
+  return call;
 }
 
 class device_scope {
@@ -214,6 +234,58 @@ class cuda_backend final : public backend {
     GPUMEM_CUDA_TRY(cudaPointerGetAttributes(&attributes, ptr));
     return {static_cast<int>(attributes.type), attributes.device, attributes.devicePointer, attributes.hostPointer};
   }
+  [[nodiscard]] ipc_memory_handle ipc_get_mem_handle(void const* ptr, std::size_t bytes) override
+  {
+    auto const fail = [&](cudaError_t code, std::string const& why) {
+      throw cuda_error(code, "cudaIpcGetMemHandle(" + format_pointer(ptr) + ", " + std::to_string(bytes) +
+                               " bytes): " + why);
+    };
+    auto const range = address_range_call();
+    if (range == nullptr) { fail(cudaErrorNotSupported, "the driver has no cuMemGetAddressRange"); }
+    CUdeviceptr base = 0;
+    std::size_t size = 0;
+    if (CUresult const r = range(&base, &size, reinterpret_cast<CUdeviceptr>(ptr)); r != CUDA_SUCCESS) {
+      fail(cudaErrorInvalidValue, "not device memory that CUDA knows (cuMemGetAddressRange: CUresult " +
+                                    std::to_string(static_cast<int>(r)) + ")");
+    }
+    auto const offset = static_cast<std::size_t>(reinterpret_cast<CUdeviceptr>(ptr) - base);
+    if (bytes > size - offset) {
+      fail(cudaErrorInvalidValue, "the range runs past its allocation of " + format_bytes(size) + " at " +
+                                    format_pointer(reinterpret_cast<void const*>(base)));
+    }
+    cudaIpcMemHandle_t handle{};
+    if (cudaError_t const status = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(base)); status != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      fail(status, std::string{"the allocation at "} + format_pointer(reinterpret_cast<void const*>(base)) +
+                     " cannot be shared (memory from cudaMalloc only): " + cudaGetErrorString(status));
+    }
+    ipc_memory_handle result;
+    static_assert(sizeof(handle) == result.handle.size());
+    std::memcpy(result.handle.data(), &handle, sizeof(handle));
+    result.offset = offset;
+    result.allocation_bytes = size;
+    return result;
+  }
+  [[nodiscard]] void* ipc_open_mem_handle(std::array<unsigned char, 64> const& bytes, int device) override
+  {
+    device_scope const scope{device};
+    cudaIpcMemHandle_t handle{};
+    std::memcpy(&handle, bytes.data(), sizeof(handle));
+    void* ptr = nullptr;
+    if (cudaError_t const status = cudaIpcOpenMemHandle(&ptr, handle, cudaIpcMemLazyEnablePeerAccess);
+        status != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      throw cuda_error(status, "cudaIpcOpenMemHandle on device " + std::to_string(device) + ": " +
+                                 cudaGetErrorString(status) +
+                                 " (a handle of this process, of memory its exporter freed, or not a CUDA IPC handle)");
+    }
+    return ptr;
+  }
+  void ipc_close_mem_handle(void* ptr) noexcept override
+  {
+    report_free_failure(cudaIpcCloseMemHandle(ptr), "cudaIpcCloseMemHandle", ptr);
+  }
+
   [[nodiscard]] bool is_migratable(void const* ptr, int device) noexcept override
   {
     if (ptr == nullptr) { return false; }

@@ -9,6 +9,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -30,6 +31,8 @@ struct driver_calls {
   decltype(&::cuMemSetAccess) set_access{};
   decltype(&::cuMemUnmap) unmap{};
   decltype(&::cuGetErrorString) error_string{};
+  decltype(&::cuMemExportToShareableHandle) export_handle{};
+  decltype(&::cuMemImportFromShareableHandle) import_handle{};
 };
 
 template <class Function>
@@ -61,6 +64,8 @@ driver_calls const& driver()
     look_up(c.set_access, "cuMemSetAccess");
     look_up(c.unmap, "cuMemUnmap");
     look_up(c.error_string, "cuGetErrorString");
+    look_up(c.export_handle, "cuMemExportToShareableHandle");
+    look_up(c.import_handle, "cuMemImportFromShareableHandle");
     return c;
   }();
   return calls;
@@ -88,11 +93,12 @@ void check(CUresult result, std::string const& call)
 
 class cuda_vmm_provider final : public mr::virtual_memory_provider {
  public:
-  cuda_vmm_provider(int device, std::vector<int> const& peers) : device_{device}
+  cuda_vmm_provider(int device, std::vector<int> const& peers, bool shareable) : device_{device}
   {
     properties_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     properties_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     properties_.location.id = device;
+    if (shareable) { properties_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR; }
     check(driver().get_granularity(&granularity_, &properties_, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
           "cuMemGetAllocationGranularity(device " + std::to_string(device) + ")");
     access_.push_back(read_write(device));
@@ -155,6 +161,33 @@ class cuda_vmm_provider final : public mr::virtual_memory_provider {
     report(driver().unmap(static_cast<CUdeviceptr>(address), bytes), "cuMemUnmap");
   }
 
+  [[nodiscard]] int export_handle(mr::physical_handle handle) override
+  {
+    expects(properties_.requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            describe() + " cannot share its memory: the device has no POSIX file descriptor handles "
+                         "(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED is 0)");
+    int fd = -1;
+    check(driver().export_handle(&fd, static_cast<CUmemGenericAllocationHandle>(handle),
+                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+          "cuMemExportToShareableHandle(" + describe() + ")");
+    return fd;
+  }
+
+  [[nodiscard]] mr::physical_handle import_handle(int fd, std::size_t bytes) override
+  {
+    expects(fd >= 0, describe() + ": import of file descriptor " + std::to_string(fd));
+    CUmemGenericAllocationHandle handle = 0;
+    // The driver takes the descriptor's number as the pointer's value (CUDA's documented convention).
+    CUresult const result = driver().import_handle(
+      &handle, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)), CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (result != CUDA_SUCCESS) {
+      throw_driver_error(result, "cuMemImportFromShareableHandle(file descriptor " + std::to_string(fd) + ", " +
+                                   format_bytes(bytes) + ", " + describe() +
+                                   "): not a piece of VMM memory this driver can import");
+    }
+    return static_cast<mr::physical_handle>(handle);
+  }
+
  private:
   static CUmemAccessDesc read_write(int device)
   {
@@ -206,7 +239,8 @@ std::unique_ptr<mr::virtual_memory_provider> make_cuda_vmm_provider(int device, 
     expects(can != 0, "peer device " + std::to_string(peer) + " cannot access the memory of device " +
                         std::to_string(device));
   }
-  return std::make_unique<cuda_vmm_provider>(device, peers);
+  bool const shareable = attribute(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, device) != 0;
+  return std::make_unique<cuda_vmm_provider>(device, peers, shareable);
 }
 
 }  // namespace gpumem::detail

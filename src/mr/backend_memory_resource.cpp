@@ -5,6 +5,7 @@
 #include <gpumem/error.hpp>
 #include <gpumem/mr/backend_memory_resource.hpp>
 
+#include <string>
 #include <string_view>
 
 namespace gpumem::mr {
@@ -52,6 +53,23 @@ void backend_memory_resource::do_deallocate(void* ptr, std::size_t /*bytes*/, cu
 {
   detail::backend& backend = detail::get_backend();
   (backend.*calls_of(kind_).free)(ptr);
+}
+
+shareable_memory backend_memory_resource::do_shareable(void const* ptr, std::size_t bytes) const
+{
+  expects(kind_ == memory_kind::device, std::string{calls_of(kind_).resource_name} +
+                                          " cannot share its memory with another process (CUDA IPC shares cudaMalloc "
+                                          "memory only; asked for " + std::to_string(bytes) + " bytes at " +
+                                          format_pointer(ptr) + ")");
+  detail::backend& be = detail::get_backend();
+  ipc_memory_handle const found = be.ipc_get_mem_handle(ptr, bytes);
+  shareable_memory result;
+  result.how = shareable_memory::mechanism::cuda_ipc;
+  result.device = be.pointer_get_attributes(ptr).device;
+  result.bytes = bytes;
+  result.offset = found.offset;
+  result.cuda_ipc_handle = found.handle;
+  return result;
 }
 
 bool backend_memory_resource::do_is_equal(device_memory_resource const& other) const noexcept

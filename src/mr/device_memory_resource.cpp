@@ -6,9 +6,16 @@
 #include <gpumem/mr/detail/align.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 
+#include <cxxabi.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <optional>
-#include <utility>
 #include <string>
+#include <typeinfo>
+#include <utility>
 
 namespace gpumem::detail {
 namespace {
@@ -42,6 +49,33 @@ void device_memory_resource::checked_deallocate(void* ptr, std::size_t bytes, cu
   deallocate(ptr, bytes, stream);
   detail::tls_misuse = outer;
   if (misuse) { throw logic_error(*misuse); }
+}
+
+void owned_fd::reset(int fd) noexcept
+{
+  if (fd_ >= 0) { ::close(fd_); }
+  fd_ = fd;
+}
+
+void device_memory_resource::expects_shareable_range(void const* ptr, std::size_t bytes)
+{
+  expects(ptr != nullptr, "shareable: the pointer is null");
+  expects(bytes > 0, "shareable: the size is 0 (nothing to share at " + format_pointer(ptr) + ")");
+  expects(reinterpret_cast<std::uintptr_t>(ptr) <= UINTPTR_MAX - bytes,
+          "shareable: " + format_pointer(ptr) + " + " + std::to_string(bytes) + " bytes overflows the address space");
+}
+
+shareable_memory device_memory_resource::do_shareable(void const* ptr, std::size_t bytes) const
+{
+  char const* const mangled = typeid(*this).name();
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> const readable{abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
+                                                        std::free};
+  throw logic_error(std::string{status == 0 && readable ? readable.get() : mangled} +
+                    " cannot share its memory with another process (asked for " + std::to_string(bytes) + " bytes at " +
+                    format_pointer(ptr) +
+                    "): allocate the memory from vmm_pool_memory_resource, or from cuda_memory_resource or a pool over "
+                    "it on the cuda backend");
 }
 
 void device_memory_resource::check_size(std::size_t bytes)

@@ -23,6 +23,11 @@ void resource_adaptor_base::do_deallocate(void* ptr, std::size_t bytes, cuda_str
   upstream_->deallocate(ptr, bytes, stream);
 }
 
+shareable_memory resource_adaptor_base::do_shareable(void const* ptr, std::size_t bytes) const
+{
+  return upstream_->shareable(ptr, bytes);
+}
+
 bool resource_adaptor_base::do_is_equal(device_memory_resource const& other) const noexcept
 {
   // The same dynamic type: two kinds of adaptor over one upstream hand out memory differently.

@@ -626,6 +626,31 @@ std::size_t vmm_pool_memory_resource::release_mappings(std::vector<detail::virtu
   return bytes;
 }
 
+shareable_memory vmm_pool_memory_resource::do_shareable(void const* ptr, std::size_t bytes) const
+{
+  auto const address = reinterpret_cast<std::uintptr_t>(ptr);
+  shareable_memory result;
+  result.how = shareable_memory::mechanism::vmm_pieces;
+  result.device = provider_->device();
+  result.bytes = bytes;
+  result.granularity = provider_->granularity();
+  detail::lock_guard lock{mutex_};
+  std::vector<detail::virtual_heap::mapping_piece> pieces;
+  try {
+    pieces = heap_->mappings_covering(address, bytes);
+  } catch (logic_error const& e) {
+    throw logic_error("vmm_pool_memory_resource on " + provider_->describe() + " cannot share " + format_pointer(ptr) +
+                      ": " + e.what());
+  }
+  result.offset = address - pieces.front().address;
+  result.pieces.reserve(pieces.size());
+  for (auto const& piece : pieces) {
+    // A piece that holds memory in use neither moves nor goes back while this lock is held.
+    result.pieces.push_back({owned_fd{provider_->export_handle(piece.handle)}, piece.bytes});
+  }
+  return result;
+}
+
 std::size_t vmm_pool_memory_resource::release_unused()
 {
   checked_call const check{*this, invariant_sampler_, checked_name, "release_unused"};

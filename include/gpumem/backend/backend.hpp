@@ -31,6 +31,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -85,6 +86,13 @@ struct pointer_attributes {
   int device{-2};                 ///< the device of the allocation; -2 (cudaInvalidDeviceId) for unregistered memory
   void* device_pointer{};         ///< the address usable on the device; nullptr for unregistered memory
   void* host_pointer{};           ///< the address usable on the host; nullptr for device memory
+};
+
+/** @brief A cudaMalloc allocation's CUDA IPC handle (cudaIpcMemHandle_t), and where a pointer lies in it. */
+struct ipc_memory_handle {
+  std::array<unsigned char, 64> handle{};  ///< the cudaIpcMemHandle_t's bytes
+  std::size_t offset{};                    ///< of the pointer asked about, from the allocation's start
+  std::size_t allocation_bytes{};          ///< the allocation's size
 };
 
 /** @brief How a stream-ordered pool's memory can be shared with other processes (cudaMemAllocationHandleType). */
@@ -152,6 +160,18 @@ class GPUMEM_EXPORT backend {
   /// pageable memory (HMM/ATS). False for device memory, pinned host memory, unknown pointers and nullptr.
   /// Never throws (a failed query is false).
   [[nodiscard]] virtual bool is_migratable(void const* ptr, int device) noexcept = 0;
+
+  // ---- memory shared between processes (CUDA IPC) ---------------------------------------------------
+  /// The CUDA IPC handle of the malloc_device allocation that holds [ptr, ptr + bytes) (cudaIpcGetMemHandle
+  /// of its start, found with cuMemGetAddressRange). @throws cuda_error naming the pointer:
+  /// cudaErrorInvalidValue when the range is not inside one such allocation; cudaErrorNotSupported under the
+  /// host backend, whose malloc_device memory is private to its process.
+  [[nodiscard]] virtual ipc_memory_handle ipc_get_mem_handle(void const* ptr, std::size_t bytes) = 0;
+  /// Maps another process's allocation on `device` (cudaIpcOpenMemHandle, cudaIpcMemLazyEnablePeerAccess).
+  /// @return its start. @throws cuda_error (a handle of this process, of a freed allocation, or forged).
+  [[nodiscard]] virtual void* ipc_open_mem_handle(std::array<unsigned char, 64> const& handle, int device) = 0;
+  /// Unmaps what ipc_open_mem_handle mapped (cudaIpcCloseMemHandle). Never throws (reports on stderr).
+  virtual void ipc_close_mem_handle(void* ptr) noexcept = 0;
 
   // ---- stream-ordered memory pools (cudaMallocAsync) ------------------------------------------------
   // Reuse rules are CUDA's defaults: memory freed on a stream is reused at once by later allocations on

@@ -84,6 +84,23 @@ class GPUMEM_EXPORT virtual_memory_provider {
   virtual void map(std::uintptr_t address, std::size_t bytes, physical_handle handle) = 0;
   /** @brief Unmaps what map() put at [address, address + bytes). @pre no work on any stream still uses it. */
   virtual void unmap(std::uintptr_t address, std::size_t bytes) noexcept = 0;
+
+  /**
+   * @brief A new POSIX file descriptor for `handle` that another process can import (after receiving it over
+   * a Unix socket): cuMemExportToShareableHandle, or a dup of the host backend's memfd. The caller owns it.
+   * The physical memory lives on while the descriptor, or any import of it, is open.
+   * @throws gpumem::logic_error when the provider cannot share memory (the default: simulated providers, and
+   *         CUDA devices without POSIX file descriptor handles); gpumem::cuda_error when the driver refuses.
+   */
+  [[nodiscard]] virtual int export_handle(physical_handle handle);
+  /**
+   * @brief A handle for the `bytes` of physical memory behind `fd`, exported by export_handle() in any
+   * process (cuMemImportFromShareableHandle; the host backend checks that `fd` is one of its memfds of that
+   * size). Map it and release it like a handle of create(); its memory is not counted against this device's
+   * (it is the exporter's). `fd` stays the caller's.
+   * @throws gpumem::logic_error as export_handle, or when `fd` is not such memory; gpumem::cuda_error.
+   */
+  [[nodiscard]] virtual physical_handle import_handle(int fd, std::size_t bytes);
 };
 
 /**

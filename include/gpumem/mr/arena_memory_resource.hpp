@@ -152,6 +152,11 @@ class GPUMEM_EXPORT arena_memory_resource final : public device_memory_resource 
  private:
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
+  /// The upstream's answer: every block lies in a superblock of upstream memory.
+  [[nodiscard]] shareable_memory do_shareable(void const* ptr, std::size_t bytes) const override
+  {
+    return upstream_resource()->shareable(ptr, bytes);
+  }
 
   struct impl;
   std::unique_ptr<impl> impl_;

@@ -65,6 +65,12 @@ class GPUMEM_EXPORT backend_memory_resource : public device_memory_resource {
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) final;
   /** @brief The kind's free call, which waits for the device's work first. Never throws. */
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept final;
+  /**
+   * @brief Device memory: its allocation's CUDA IPC handle (cuda backend only; the host backend's cudaMalloc
+   * memory is private to its process). @throws gpumem::logic_error for managed and pinned memory, which CUDA
+   * IPC cannot share; gpumem::cuda_error from the backend.
+   */
+  [[nodiscard]] shareable_memory do_shareable(void const* ptr, std::size_t bytes) const final;
   /** @return true when `other` is a backend_memory_resource of the same kind. */
   [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept final;
 

@@ -93,6 +93,11 @@ class GPUMEM_EXPORT binning_memory_resource final : public device_memory_resourc
    */
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
+  /// The answer of the resource that serves `bytes` (a bin or the upstream): export whole allocations.
+  [[nodiscard]] shareable_memory do_shareable(void const* ptr, std::size_t bytes) const override
+  {
+    return resource_for(bytes)->shareable(ptr, bytes);
+  }
 
   device_memory_resource* const upstream_;
   std::map<std::size_t, device_memory_resource*> bins_;  // bin size -> resource; fixed once serving_

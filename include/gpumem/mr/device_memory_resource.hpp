@@ -28,6 +28,7 @@
 #include <gpumem/error.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/mr/detail/align.hpp>
+#include <gpumem/mr/shareable_memory.hpp>
 
 #include <cstddef>
 #include <string>
@@ -157,6 +158,21 @@ class GPUMEM_EXPORT device_memory_resource {
     return do_try_deallocate_without_blocking(ptr, bytes, stream);
   }
 
+  /**
+   * @brief How another process can map `bytes` bytes at `ptr`, memory this resource handed out
+   * (shareable_memory.hpp; gpumem/ipc.hpp's export_memory calls it). Adaptors and sub-allocators pass the
+   * question to their upstream; the VMM pool answers with its pieces of physical memory, cuda_memory_resource
+   * with the allocation's CUDA IPC handle.
+   * @throws gpumem::logic_error naming the resource when its memory cannot be shared between processes (the
+   *         default), or when [ptr, ptr + bytes) is not memory it handed out; gpumem::cuda_error when the
+   *         driver refuses.
+   */
+  [[nodiscard]] shareable_memory shareable(void const* ptr, std::size_t bytes) const
+  {
+    expects_shareable_range(ptr, bytes);
+    return do_shareable(ptr, bytes);
+  }
+
 #ifdef GPUMEM_HAS_CUDA_MR
   friend void get_property(device_memory_resource const&, cuda::mr::device_accessible) noexcept {}
 #endif
@@ -173,6 +189,11 @@ class GPUMEM_EXPORT device_memory_resource {
   {
     return nullptr;
   }
+  /**
+   * @pre ptr != nullptr, bytes > 0. @return as shareable(). Default: throws gpumem::logic_error naming the
+   * resource's type (its memory cannot be shared).
+   */
+  [[nodiscard]] virtual shareable_memory do_shareable(void const* ptr, std::size_t bytes) const;
   /** @pre as do_deallocate. @return true only when deallocated without blocking. Default: false. */
   [[nodiscard]] virtual bool do_try_deallocate_without_blocking(void* /*ptr*/, std::size_t /*bytes*/,
                                                                 cuda_stream_view /*stream*/)
@@ -183,6 +204,7 @@ class GPUMEM_EXPORT device_memory_resource {
  private:
   static void check_size(std::size_t bytes);
   static void check_alignment(std::size_t alignment);
+  static void expects_shareable_range(void const* ptr, std::size_t bytes);
 };
 
 #ifdef GPUMEM_HAS_CUDA_MR

@@ -51,6 +51,8 @@ class GPUMEM_EXPORT resource_adaptor_base : public device_memory_resource {
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   /** @brief upstream_resource()->deallocate(ptr, bytes, stream). */
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
+  /** @brief upstream_resource()->shareable(ptr, bytes): the memory is the upstream's. */
+  [[nodiscard]] shareable_memory do_shareable(void const* ptr, std::size_t bytes) const override;
   /** @return whether `other` has this adaptor's dynamic type and an upstream equal to this one's. */
   [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
 

@@ -328,6 +328,12 @@ class stream_ordered_memory_resource : public mr::device_memory_resource,
   }
 
  protected:
+  /** @brief The upstream's answer: every block lies in a chunk of upstream memory. */
+  [[nodiscard]] mr::shareable_memory do_shareable(void const* ptr, std::size_t bytes) const override
+  {
+    return upstream_->shareable(ptr, bytes);
+  }
+
   /**
    * @param upstream  where chunks come from; must outlive this resource.
    * @param prototype an empty free list, copied for every stream.

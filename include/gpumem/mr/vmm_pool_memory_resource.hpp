@@ -248,6 +248,10 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   {
     return this == &other;
   }
+  /// The pieces of physical memory that hold [ptr, ptr + bytes), each exported as a file descriptor (one
+  /// driver call each, under the mutex). @throws gpumem::logic_error when the range is not memory in use
+  /// here; what the provider's export_handle throws.
+  [[nodiscard]] shareable_memory do_shareable(void const* ptr, std::size_t bytes) const override;
   void stream_destroying(cudaStream_t stream) noexcept override;
   void thread_exiting(detail::block_cache& cache) noexcept override;
 

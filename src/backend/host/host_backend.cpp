@@ -248,6 +248,22 @@ class host_backend final : public backend {
     }
     return {};
   }
+  [[nodiscard]] ipc_memory_handle ipc_get_mem_handle(void const* ptr, std::size_t bytes) override
+  {
+    fail(cudaErrorNotSupported, "ipc_get_mem_handle(" + format_pointer(ptr) + ", " + std::to_string(bytes) +
+                                  " bytes): the host backend's cudaMalloc memory is private to its process; "
+                                  "share memory of a vmm_pool_memory_resource instead");
+  }
+  [[nodiscard]] void* ipc_open_mem_handle(std::array<unsigned char, 64> const& /*handle*/, int device) override
+  {
+    fail(cudaErrorNotSupported, "ipc_open_mem_handle on device " + std::to_string(device) +
+                                  ": the host backend has no CUDA IPC (its cudaMalloc memory is private to its process)");
+  }
+  void ipc_close_mem_handle(void* ptr) noexcept override
+  {
+    std::fprintf(stderr, "gpumem host backend: ipc_close_mem_handle(%p) of memory it never opened\n", ptr);
+  }
+
   [[nodiscard]] bool is_migratable(void const* ptr, int device) noexcept override
   {
     // Every emulated device has concurrent managed access and none accesses pageable memory, so exactly

@@ -8,7 +8,9 @@
 #include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/error.hpp>
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,11 +19,31 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 namespace gpumem::detail {
 namespace {
 
 constexpr std::size_t host_granularity = std::size_t{2} << 20;  // as CUDA's on current GPUs
+constexpr char memfd_name[] = "gpumem-vmm";
+
+/// What the handle of a piece records: its size, and whether it is counted against the device (created
+/// here) or not (imported: the memory is the exporter's).
+struct piece_record {
+  std::size_t bytes{};
+  bool charged{};
+};
+
+/// Whether `fd` is one of the provider's memfds ("/memfd:gpumem-vmm (deleted)" in /proc/self/fd).
+bool is_provider_memfd(int fd)
+{
+  std::string const link = "/proc/self/fd/" + std::to_string(fd);
+  char target[256] = {};
+  ssize_t const length = ::readlink(link.c_str(), target, sizeof target - 1);
+  if (length <= 0) { return false; }
+  std::string_view const name{target, static_cast<std::size_t>(length)};
+  return name.starts_with(std::string{"/memfd:"} + memfd_name);
+}
 
 class host_vmm_provider final : public mr::virtual_memory_provider {
  public:
@@ -62,7 +84,7 @@ class host_vmm_provider final : public mr::virtual_memory_provider {
   {
     check_multiple(bytes, "create");
     if (!host_charge_device_memory(device_, bytes)) { return 0; }
-    int const fd = ::memfd_create("gpumem-vmm", MFD_CLOEXEC);
+    int const fd = ::memfd_create(memfd_name, MFD_CLOEXEC);
     if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
       int const error = errno;
       if (fd >= 0) { ::close(fd); }
@@ -72,13 +94,13 @@ class host_vmm_provider final : public mr::virtual_memory_provider {
                        " failed: " + std::strerror(error));
     }
     gpumem::detail::lock_guard lock{mutex_};
-    handles_.emplace(static_cast<mr::physical_handle>(fd) + 1, bytes);  // +1: 0 means none
+    handles_.emplace(static_cast<mr::physical_handle>(fd) + 1, piece_record{bytes, true});  // +1: 0 means none
     return static_cast<mr::physical_handle>(fd) + 1;
   }
 
   void release(mr::physical_handle handle) noexcept override
   {
-    std::size_t bytes = 0;
+    piece_record record;
     {
       gpumem::detail::lock_guard lock{mutex_};
       auto const it = handles_.find(handle);
@@ -87,11 +109,11 @@ class host_vmm_provider final : public mr::virtual_memory_provider {
                      static_cast<unsigned long long>(handle));
         return;
       }
-      bytes = it->second;
+      record = it->second;
       handles_.erase(it);
     }
-    ::close(static_cast<int>(handle - 1));  // the pages go once no mapping holds them
-    host_uncharge_device_memory(device_, bytes);
+    ::close(static_cast<int>(handle - 1));  // the pages go once no mapping (and no export) holds them
+    if (record.charged) { host_uncharge_device_memory(device_, record.bytes); }
   }
 
   void map(std::uintptr_t address, std::size_t bytes, mr::physical_handle handle) override
@@ -114,6 +136,40 @@ class host_vmm_provider final : public mr::virtual_memory_provider {
                    reinterpret_cast<void*>(address), bytes, std::strerror(errno));
     }
   }
+  [[nodiscard]] int export_handle(mr::physical_handle handle) override
+  {
+    {
+      gpumem::detail::lock_guard lock{mutex_};
+      expects(handles_.contains(handle), describe() + ": export of unknown handle " + std::to_string(handle));
+    }
+    int const fd = ::fcntl(static_cast<int>(handle - 1), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) {
+      throw cuda_error(cudaErrorUnknown, describe() + ": exporting a piece (dup of its memfd) failed: " +
+                                           std::strerror(errno));
+    }
+    return fd;
+  }
+
+  [[nodiscard]] mr::physical_handle import_handle(int fd, std::size_t bytes) override
+  {
+    check_multiple(bytes, "import");
+    struct stat status {};
+    expects(fd >= 0 && ::fstat(fd, &status) == 0 && is_provider_memfd(fd),
+            describe() + ": file descriptor " + std::to_string(fd) +
+              " is not a piece of gpumem's VMM memory (a memfd named " + memfd_name + ")");
+    expects(static_cast<std::size_t>(status.st_size) == bytes,
+            describe() + ": the piece behind file descriptor " + std::to_string(fd) + " has " +
+              format_bytes(static_cast<std::size_t>(status.st_size)) + ", not the " + format_bytes(bytes) +
+              " its handle names");
+    int const own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) {
+      throw cuda_error(cudaErrorUnknown, describe() + ": importing a piece (dup) failed: " + std::strerror(errno));
+    }
+    gpumem::detail::lock_guard lock{mutex_};
+    handles_.emplace(static_cast<mr::physical_handle>(own) + 1, piece_record{bytes, false});
+    return static_cast<mr::physical_handle>(own) + 1;
+  }
+
 
  private:
   void check_multiple(std::size_t bytes, char const* what) const
@@ -125,7 +181,7 @@ class host_vmm_provider final : public mr::virtual_memory_provider {
 
   int const device_;
   gpumem::detail::mutex mutex_;
-  std::map<mr::physical_handle, std::size_t> handles_ GPUMEM_GUARDED_BY(mutex_);
+  std::map<mr::physical_handle, piece_record> handles_ GPUMEM_GUARDED_BY(mutex_);
 };
 
 }  // namespace

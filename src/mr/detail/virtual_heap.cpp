@@ -112,6 +112,26 @@ std::uintptr_t virtual_heap::slab_of(std::uintptr_t address) const noexcept
   return address - (address - base_) % slab_size_;
 }
 
+std::vector<virtual_heap::mapping_piece> virtual_heap::mappings_covering(std::uintptr_t address,
+                                                                         std::size_t bytes) const
+{
+  auto const range_text = [&] { return hex(address) + " of " + std::to_string(bytes) + " bytes"; };
+  require(bytes > 0 && address >= base_ && address - base_ <= size_ && bytes <= size_ - (address - base_),
+          [&] { return range_text() + " is empty or outside the reservation"; });
+  require(backed(address, bytes), [&] { return range_text() + " is not inside backed slabs (not from this pool)"; });
+  free_range_index::neighbours const around = free_.around(address);
+  bool const overlaps_free = (around.after != nullptr && around.after->start < address + bytes) ||
+                             (around.before != nullptr && around.before->end() > address);
+  require(!overlaps_free, [&] { return range_text() + " overlaps free memory (not handed out, or freed already)"; });
+  std::vector<mapping_piece> pieces;
+  auto it = mappings_.upper_bound(address);
+  --it;  // backed: a mapping starts at or before `address`
+  for (; it != mappings_.end() && it->first < address + bytes; ++it) {
+    pieces.push_back({it->first, it->second.handle, it->second.slabs * slab_size_});
+  }
+  return pieces;
+}
+
 bool virtual_heap::backed(std::uintptr_t address, std::size_t bytes) const
 {
   std::uintptr_t slab = address - (address - base_) % slab_size_;

@@ -108,6 +108,20 @@ class GPUMEM_EXPORT virtual_heap {
    */
   void give_back(std::uintptr_t address, std::size_t bytes, std::uint64_t streams);
 
+  /** @brief A mapping with its handle and size in bytes (mappings_covering). */
+  struct mapping_piece {
+    std::uintptr_t address;
+    std::uint64_t handle;
+    std::size_t bytes;
+  };
+  /**
+   * @brief The mappings that hold [address, address + bytes), in address order: memory in use, to be shared
+   * with another process. O(log m + k) for k mappings.
+   * @throws gpumem::logic_error when the range is empty, not inside backed slabs, or overlaps a free range
+   *         (memory not handed out).
+   */
+  [[nodiscard]] std::vector<mapping_piece> mappings_covering(std::uintptr_t address, std::size_t bytes) const;
+
   /**
    * @brief Where `bytes` can go once backed (see the file comment), or nullopt when the reservation has no
    * room for it. Changes nothing.

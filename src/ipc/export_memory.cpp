@@ -1,0 +1,74 @@
+// export_memory and exported_memory (ipc.hpp): the resource's answer turned into a handle; vmm pieces are
+// offered at this process's descriptor server until the export is withdrawn.
+#include "ipc/descriptor_server.hpp"
+
+#include <gpumem/backend/backend.hpp>
+#include <gpumem/error.hpp>
+#include <gpumem/ipc.hpp>
+
+#include <unistd.h>
+
+#include <utility>
+#include <vector>
+
+namespace gpumem::ipc {
+
+exported_memory export_memory(mr::device_memory_resource const& mr, void const* ptr, std::size_t bytes)
+{
+  mr::shareable_memory shared = mr.shareable(ptr, bytes);
+  detail::backend& be = detail::get_backend();
+  memory_handle::fields f;
+  f.backend = be.kind();
+  f.device = shared.device;
+  f.pci_bus_id = be.properties(shared.device).pci_bus_id;
+  f.exporter_pid = ::getpid();
+  f.bytes = shared.bytes;
+  f.offset = shared.offset;
+  if (shared.how == mr::shareable_memory::mechanism::cuda_ipc) {
+    f.kind = mechanism::cuda_ipc;
+    f.cuda_ipc_handle = shared.cuda_ipc_handle;
+    return exported_memory{memory_handle{std::move(f)}};
+  }
+  f.kind = mechanism::vmm;
+  f.granularity = shared.granularity;
+  std::vector<mr::owned_fd> descriptors;
+  descriptors.reserve(shared.pieces.size());
+  for (auto& piece : shared.pieces) {
+    f.piece_bytes.push_back(piece.bytes);
+    descriptors.push_back(std::move(piece.fd));
+  }
+  auto [address, key] = detail::ipc::offer(std::move(descriptors));
+  f.server_address = std::move(address);
+  f.token = key;
+  try {
+    return exported_memory{memory_handle{std::move(f)}};
+  } catch (...) {
+    detail::ipc::withdraw(key);
+    throw;
+  }
+}
+
+exported_memory::exported_memory(exported_memory&& other) noexcept
+  : handle_{other.handle_}, active_{std::exchange(other.active_, false)}
+{
+}
+
+exported_memory& exported_memory::operator=(exported_memory&& other) noexcept
+{
+  if (this != &other) {
+    withdraw();
+    handle_ = other.handle_;
+    active_ = std::exchange(other.active_, false);
+  }
+  return *this;
+}
+
+exported_memory::~exported_memory() { withdraw(); }
+
+void exported_memory::withdraw() noexcept
+{
+  if (!std::exchange(active_, false)) { return; }
+  if (handle_.kind() == mechanism::vmm) { detail::ipc::withdraw(handle_.contents().token); }
+}
+
+}  // namespace gpumem::ipc
