@@ -29,6 +29,7 @@
 #include <gpumem/cuda_device_id.hpp>
 #include <gpumem/device.hpp>
 #include <gpumem/error.hpp>
+#include <gpumem/ipc.hpp>
 #include <gpumem/prefetch.hpp>
 #include <gpumem/mr/device_memory_resource.hpp>
 #include <gpumem/transfer.hpp>
@@ -39,18 +40,28 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace gpumem::python {
 namespace {
 
-/** @brief What a DeviceBuffer Python object holds. Members are destroyed bottom-up: the memory goes first. */
+/**
+ * @brief What a DeviceBuffer Python object holds. Members are destroyed bottom-up: the exports are withdrawn
+ * first, then the memory goes.
+ */
 struct py_device_buffer {
   py::object resource;  ///< the allocating resource's Python object
   py::object stream;    ///< the Python object of buffer.stream() (none for a stream given as None or an int)
   device_buffer buffer;
+  std::vector<ipc::exported_memory> exports;  ///< of export(): importable while the memory stays where it is
 
   /** @brief Records that `held` is the buffer's stream now. */
   void set_stream(held_stream const& held) { stream = held.owner; }
+  /** @brief After a call that may reallocate: withdraws the exports when the memory moved. */
+  void memory_may_have_moved(void const* before) noexcept
+  {
+    if (buffer.data() != before) { exports.clear(); }
+  }
 };
 
 using access = host_buffer::access;
@@ -340,10 +351,12 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
     "resize",
     [](py_device_buffer& self, checked<std::size_t, "new_size"> new_size, py::handle stream) {
       held_stream const s = hold_stream(stream);
+      void const* const before = self.buffer.data();
       {
         py::gil_scoped_release const release;
         self.buffer.resize(new_size.value, s.view);
       }
+      self.memory_may_have_moved(before);
       self.set_stream(s);
     },
     py::arg("new_size"), py::arg("stream") = py::none(),
@@ -353,10 +366,12 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
     "reserve",
     [](py_device_buffer& self, checked<std::size_t, "new_capacity"> new_capacity, py::handle stream) {
       held_stream const s = hold_stream(stream);
+      void const* const before = self.buffer.data();
       {
         py::gil_scoped_release const release;
         self.buffer.reserve(new_capacity.value, s.view);
       }
+      self.memory_may_have_moved(before);
       self.set_stream(s);
     },
     py::arg("new_capacity"), py::arg("stream") = py::none(),
@@ -365,13 +380,35 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
     "shrink_to_fit",
     [](py_device_buffer& self, py::handle stream) {
       held_stream const s = hold_stream(stream);
+      void const* const before = self.buffer.data();
       {
         py::gil_scoped_release const release;
         self.buffer.shrink_to_fit(s.view);
       }
+      self.memory_may_have_moved(before);
       self.set_stream(s);
     },
     py::arg("stream") = py::none(), "Reallocates so that capacity == size, keeping the contents.");
+  cls.def(
+    "export",
+    [](py_device_buffer& self) {
+      if (self.buffer.size() == 0) { throw py::value_error("DeviceBuffer.export: the buffer is empty"); }
+      ipc::exported_memory exported = [&] {
+        py::gil_scoped_release const release;
+        self.buffer.stream().synchronize();  // what was written is complete before another process reads it
+        return ipc::export_memory(*self.buffer.memory_resource(), self.buffer.data(), self.buffer.size());
+      }();
+      ipc::memory_handle handle = exported.handle();
+      self.exports.push_back(std::move(exported));
+      return handle;
+    },
+    "A gpumem.IpcHandle of the buffer's memory, for gpumem.import_buffer() in another process (after waiting for "
+    "the buffer's stream, so that what was written is there). The handle stays importable while this buffer "
+    "lives and its memory does not move (resize, reserve and shrink_to_fit withdraw it when they reallocate); "
+    "imports made stay mapped until they are closed. Keep the buffer until every importer has closed it: "
+    "once freed, its memory may be handed out again. Memory of a VMM pool is shared on both backends, memory "
+    "from cudaMalloc (cuda_memory_resource, or a pool over it) through CUDA IPC on the cuda backend; other "
+    "resources raise ValueError naming them.");
   cls.def_property_readonly(
     "__cuda_array_interface__",
     [](py_device_buffer const& self) {

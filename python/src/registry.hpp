@@ -13,7 +13,7 @@ namespace gpumem::python {
 namespace py = pybind11;
 
 /** @brief When a binding area runs: lower first. */
-enum class binding_order : int { errors = 0, cuda = 10, resources = 20, buffers = 30, unified = 40, plain = 50, allocators = 60 };
+enum class binding_order : int { errors = 0, cuda = 10, resources = 20, buffers = 30, ipc = 35, unified = 40, plain = 50, allocators = 60 };
 
 /** @brief Registers `bind` to run (in `order`) when the module is created. Construct one per file, statically. */
 class registration {

@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                  "src/cublas_handle.cpp"]),
     ("mr", ["include/gpumem/mr/", "src/mr/"]),
     ("buffer", ["include/gpumem/buffer/", "include/gpumem/transfer.hpp", "src/buffer/", "src/transfer/"]),
+    ("ipc", ["include/gpumem/ipc.hpp", "src/ipc/"]),
     ("api", ["include/gpumem/plain.hpp", "include/gpumem.h", "src/plain.cpp", "src/c_api.cpp"]),
     ("tools", ["tools/"]),
     ("apps", ["cli/", "benchmarks/", "python/src/", "python/torch_allocator/", "examples/"]),
