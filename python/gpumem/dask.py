@@ -12,10 +12,11 @@ Register it once from the client; every worker present, and every worker that jo
     print(gpumem.dask.gather_statistics(client))   # {worker address: its resource, device and statistics}
 
 On each worker, ``setup`` builds the resource on the worker's device (the current device of the worker
-process: dask-cuda gives each worker one GPU through CUDA_VISIBLE_DEVICES, so device 0 unless ``device`` is
-given), wraps it in a ``StatisticsResourceAdaptor`` (``statistics=True``) and a ``LoggingResourceAdaptor``
-writing ``<log_directory>/gpumem.<worker name>.csv`` (``log_directory``), and makes the result the device's
-current resource. Where CuPy, PyTorch or Numba are importable on the worker and gpumem runs on its cuda
+process: dask-cuda, and ``LocalDeviceCluster`` here, give each worker its own device as its device 0 through
+CUDA_VISIBLE_DEVICES and GPUMEM_HOST_VISIBLE_DEVICES; so device 0 unless ``device`` is given), wraps it in a
+``StatisticsResourceAdaptor`` (``statistics=True``) and a ``LoggingResourceAdaptor`` writing
+``<log_directory>/gpumem.<worker name>.csv`` (``log_directory``), and makes the result the device's current
+resource. Where CuPy, PyTorch or Numba are importable on the worker and gpumem runs on its cuda
 backend, it then makes gpumem their allocator (``frameworks``); ``worker_info()`` says which were set and
 why the others were not. ``teardown`` (the worker closing, or ``client.unregister_worker_plugin``) flushes the
 log and restores the resource the device had before.
@@ -26,6 +27,11 @@ its resource (``spill_manager()`` on the worker). Data a task keeps as ``unified
 device copies go to the host, and the next device access brings them back, so a worker can hold more device
 data than its GPU has. UnifiedBuffers travel between workers and to the client through Dask's serialization
 (their current data, as a NumPy array; they arrive on the receiver's device, under its budget).
+
+One worker per device, as dask-cuda's LocalCUDACluster::
+
+    with LocalDeviceCluster(plugin=GpumemPlugin("pool", initial_pool_size="4GiB")) as cluster:
+        client = Client(cluster)   # a worker per device of this process, each on its own device
 
 dask-cuda's RMM options map to the plugin through ``from_dask_cuda_options``.
 
@@ -43,6 +49,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from distributed.protocol import dask_deserialize, dask_serialize
 
 from . import SpillManager, UnifiedBuffer, _gpumem, mr
+from ._dask_cluster import LocalDeviceCluster, rotated
 from ._reinitialize import _size
 
 RESOURCES = ("vmm", "pool", "async", "cuda", "managed")
@@ -199,8 +206,11 @@ class GpumemPlugin(WorkerPlugin):
 
 
 def worker_info() -> Dict[str, Any]:
-    """On a worker (``client.run(gpumem.dask.worker_info)``): its plugin's resource, device, statistics (None
-    without ``statistics``), log file and frameworks; ``{"resource": None}`` where no plugin ran setup."""
+    """On a worker (``client.run(gpumem.dask.worker_info)``): its plugin's resource, device (the worker's
+    ordinal, the same on every worker of a LocalDeviceCluster) with the device's name and PCI bus id (which
+    tell the workers' devices apart: "gpumem host device 2" for the host backend's emulated device 2, whose bus
+    id is empty), statistics (None without ``statistics``), log file and frameworks; ``{"resource": None}``
+    where no plugin ran setup."""
     if not _state:
         return {"resource": None}
     chain = _state["chain"]
@@ -213,8 +223,10 @@ def worker_info() -> Dict[str, Any]:
     if isinstance(chain[-1], mr.LoggingResourceAdaptor):
         chain[-1].flush()
     spill = _state["spill"]
+    device = _gpumem.cuda.Device(_state["device"])
     return {"resource": _state["plugin"].resource, "resource_type": type(chain[0]).__name__,
-            "device": _state["device"], "statistics": stats, "log_file": _state["log_file"],
+            "device": _state["device"], "device_name": device.name, "device_pci_bus_id": device.pci_bus_id,
+            "statistics": stats, "log_file": _state["log_file"],
             "frameworks": dict(_state["frameworks"]),
             "spilling": None if spill is None else dict(spill.statistics(), budget=spill.budget,
                                                           used_bytes=spill.used_bytes)}
@@ -273,5 +285,5 @@ def from_dask_cuda_options(rmm_pool_size: Union[int, str, None] = None,
     return GpumemPlugin("managed" if rmm_managed_memory else "cuda", log_directory=rmm_log_directory, **options)
 
 
-__all__ = ["FRAMEWORKS", "RESOURCES", "GpumemPlugin", "from_dask_cuda_options", "gather_statistics", "spill_manager",
-           "unified_array", "worker_info"]
+__all__ = ["FRAMEWORKS", "RESOURCES", "GpumemPlugin", "LocalDeviceCluster", "from_dask_cuda_options",
+           "gather_statistics", "rotated", "spill_manager", "unified_array", "worker_info"]

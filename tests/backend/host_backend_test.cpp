@@ -1,6 +1,6 @@
-// The host backend's own contract: capacity-limited device memory, configuration parsing, invalid handles,
-// what it does not emulate in a capture, the order a graph replays in. (Streams, events, graphs and CUDA's
-// capture rules are covered on both backends by tests/handles.)
+// The host backend's own contract: capacity-limited device memory, configuration parsing (which emulated
+// devices a process sees included), invalid handles, what it does not emulate in a capture, the order a graph
+// replays in. (Streams, events, graphs and CUDA's capture rules are covered on both backends by tests/handles.)
 #include "backend/host/host_config.hpp"
 #include "backend/host/host_graph.hpp"
 #include "support/gate.hpp"
@@ -10,10 +10,12 @@
 #include <gpumem/mr/detail/align.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -250,6 +252,98 @@ TEST(HostConfig, ParsesByteSizes)
     } catch (logic_error const& e) {
       EXPECT_NE(std::string{e.what()}.find("GPUMEM_HOST_MEMORY"), std::string::npos);
     }
+  }
+}
+
+TEST(HostConfig, ParsesVisibleDevices)
+{
+  using detail::host::parse_visible_devices;
+  EXPECT_EQ(parse_visible_devices("0", 1), std::vector<int>{0});
+  EXPECT_EQ(parse_visible_devices("2,0", 4), (std::vector<int>{2, 0}));
+  EXPECT_EQ(parse_visible_devices("3,1,0,2", 4), (std::vector<int>{3, 1, 0, 2}));
+  struct bad_value {
+    char const* text;
+    char const* says;
+  };
+  for (auto const [text, says] : {bad_value{"", "empty entry"}, bad_value{"1,", "empty entry"},
+                                  bad_value{",1", "empty entry"}, bad_value{"1,,0", "empty entry"},
+                                  bad_value{"a", "\"a\""}, bad_value{"0x1", "\"0x1\""},
+                                  bad_value{"-1", "\"-1\""}, bad_value{"+1", "\"+1\""},
+                                  bad_value{"1 ,0", "\"1 \""}, bad_value{"4", "from 0 to 3"},
+                                  bad_value{"99999999999", "not a device ordinal"},
+                                  bad_value{"2,1,2", "device 2 twice"}}) {
+    try {
+      (void)parse_visible_devices(text, 4);
+      ADD_FAILURE() << "accepted \"" << text << "\"";
+    } catch (logic_error const& e) {
+      std::string const what = e.what();
+      EXPECT_NE(what.find("GPUMEM_HOST_VISIBLE_DEVICES=\"" + std::string{text} + "\""), std::string::npos) << what;
+      EXPECT_NE(what.find(says), std::string::npos) << what;
+    }
+  }
+}
+
+/// Sets (or, with nullptr, unsets) an environment variable for a scope, and restores it after.
+class scoped_environment_variable {
+ public:
+  scoped_environment_variable(char const* name, char const* value) : name_{name}
+  {
+    if (char const* previous = std::getenv(name)) { previous_ = previous; }
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  scoped_environment_variable(scoped_environment_variable const&) = delete;
+  scoped_environment_variable& operator=(scoped_environment_variable const&) = delete;
+  ~scoped_environment_variable()
+  {
+    if (previous_) {
+      ::setenv(name_, previous_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  char const* name_;
+  std::optional<std::string> previous_;
+};
+
+TEST(HostConfig, VisibleDevicesAreEveryDeviceInOrderUnlessTheVariableSaysWhich)
+{
+  using detail::host::read_host_config;
+  scoped_environment_variable const devices{"GPUMEM_HOST_DEVICES", "4"};
+  {
+    scoped_environment_variable const visible{"GPUMEM_HOST_VISIBLE_DEVICES", nullptr};
+    EXPECT_EQ(read_host_config().visible_devices, (std::vector<int>{0, 1, 2, 3}));
+  }
+  {
+    scoped_environment_variable const visible{"GPUMEM_HOST_VISIBLE_DEVICES", "3,1"};
+    EXPECT_EQ(read_host_config().visible_devices, (std::vector<int>{3, 1}));
+    EXPECT_EQ(read_host_config().device_count(), 2);
+  }
+  {
+    scoped_environment_variable const visible{"GPUMEM_HOST_VISIBLE_DEVICES", ""};
+    EXPECT_THROW((void)read_host_config(), logic_error) << "set but empty: a process without devices";
+  }
+  {
+    scoped_environment_variable const fewer{"GPUMEM_HOST_DEVICES", nullptr};
+    scoped_environment_variable const visible{"GPUMEM_HOST_VISIBLE_DEVICES", "1"};
+    EXPECT_THROW((void)read_host_config(), logic_error) << "one emulated device by default: device 1 is not there";
+  }
+}
+
+// ctest runs this binary once more with GPUMEM_HOST_DEVICES=4 and GPUMEM_HOST_VISIBLE_DEVICES=2,0
+// (host.visible_devices), where device 0 must be named after emulated device 2.
+TEST_F(HostBackend, EachDeviceIsNamedAfterTheEmulatedDeviceItIs)
+{
+  std::vector<int> const visible = detail::host::read_host_config().visible_devices;
+  ASSERT_EQ(host().device_count(), static_cast<int>(visible.size()));
+  for (int device = 0; device < host().device_count(); ++device) {
+    EXPECT_EQ(host().properties(device).name,
+              "gpumem host device " + std::to_string(visible[static_cast<std::size_t>(device)]));
   }
 }
 

@@ -95,11 +95,11 @@ class host_backend final : public backend {
  public:
   host_backend()
     : config_{host::read_host_config()},
-      used_(static_cast<std::size_t>(config_.device_count)),
-      default_mempools_(static_cast<std::size_t>(config_.device_count), nullptr),
-      default_managed_mempools_(static_cast<std::size_t>(config_.device_count), nullptr)
+      used_(static_cast<std::size_t>(config_.device_count())),
+      default_mempools_(static_cast<std::size_t>(config_.device_count()), nullptr),
+      default_managed_mempools_(static_cast<std::size_t>(config_.device_count()), nullptr)
   {
-    for (int device = 0; device < config_.device_count; ++device) {
+    for (int device = 0; device < config_.device_count(); ++device) {
       default_streams_.push_back(
         std::make_shared<stream_queue>(device, 0U, 0, stream_queue::role::legacy_default));
     }
@@ -108,7 +108,7 @@ class host_backend final : public backend {
   [[nodiscard]] backend_kind kind() const noexcept override { return backend_kind::host; }
 
   // ---- devices --------------------------------------------------------------------------------------
-  [[nodiscard]] int device_count() override { return config_.device_count; }
+  [[nodiscard]] int device_count() override { return config_.device_count(); }
   [[nodiscard]] int current_device() override { return current_device_; }
   void set_current_device(int device) override
   {
@@ -120,7 +120,9 @@ class host_backend final : public backend {
   {
     check_device(device);
     device_properties p;
-    p.name = "gpumem host device " + std::to_string(device);
+    // The emulated device's own ordinal (GPUMEM_HOST_VISIBLE_DEVICES), so processes that see the same
+    // emulated device under different ordinals can tell that it is the same one, as a GPU's PCI bus id tells.
+    p.name = "gpumem host device " + std::to_string(config_.visible_devices[static_cast<std::size_t>(device)]);
     p.total_memory = config_.device_capacity;
     p.multiprocessor_count = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
     p.memory_pools_supported = true;
@@ -268,7 +270,7 @@ class host_backend final : public backend {
   {
     // Every emulated device has concurrent managed access and none accesses pageable memory, so exactly
     // managed memory (malloc_managed or a managed pool's blocks) migrates.
-    if (device != cudaCpuDeviceId && (device < 0 || device >= config_.device_count)) { return false; }
+    if (device != cudaCpuDeviceId && (device < 0 || device >= config_.device_count())) { return false; }
     return managed_allocation_size(ptr).has_value();
   }
 
@@ -618,9 +620,9 @@ class host_backend final : public backend {
 
   void check_device(int device) const
   {
-    if (device < 0 || device >= config_.device_count) {
+    if (device < 0 || device >= config_.device_count()) {
       fail(cudaErrorInvalidDevice, ("device " + std::to_string(device) + " does not exist (" +
-                                    std::to_string(config_.device_count) + " host devices)")
+                                    std::to_string(config_.device_count()) + " host devices)")
                                      .c_str());
     }
   }
