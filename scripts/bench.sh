@@ -13,7 +13,7 @@
 #   --no-build    run what the tree has, as it is (no configure, no build)
 #   --quick       3 repetitions and 0.05 s per benchmark, 3 replays per log (sized for one call of a time-limited GPU machine);
 #                 the default is 5 repetitions and 5 replays, medians
-#   --only LIST   comma-separated runs, from alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python,torch
+#   --only LIST   comma-separated runs, from alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python,ipc,torch
 #                 (default: all but torch; python and torch need a tree built with GPUMEM_BUILD_PYTHON=ON, else
 #                 they are skipped; torch, PyTorch's allocators against gpumem's on two PyTorch programs, needs
 #                 PyTorch and a GPU and takes about ten minutes: TORCH_BENCH_ARGS adds arguments to it)
@@ -32,7 +32,7 @@ out=${OUT:-build/bench}
 build=build/bench-release
 quick=0
 no_build=0
-only=alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python
+only=alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python,ipc
 extra=()
 while (($#)); do
   case $1 in
@@ -49,8 +49,8 @@ while (($#)); do
 done
 for run in ${only//,/ }; do
   case $run in
-    alloc | adaptors | transfer | plain | vmm | cli_bench | replay | python | torch) ;;
-    *) echo "bench.sh: unknown run '$run' in --only (known: alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python,torch)" >&2
+    alloc | adaptors | transfer | plain | vmm | cli_bench | replay | python | ipc | torch) ;;
+    *) echo "bench.sh: unknown run '$run' in --only (known: alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python,ipc,torch)" >&2
        exit 2 ;;
   esac
 done
@@ -161,6 +161,19 @@ if wants python; then
       "PYTHONPATH=$build/python python3 benchmarks/python/bench_python_alloc.py"; then :; else failed+=(python); fi
   else
     say "python: skipped ($build has no Python module: configure it with -DGPUMEM_BUILD_PYTHON=ON)"
+  fi
+fi
+if wants ipc; then
+  python=$(sed -n 's/^Python3_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
+  if [[ -d $build/python/gpumem && -n $python ]]; then
+    quick_flag=()
+    ((quick)) && quick_flag=(--quick)
+    say "ipc: benchmarks/python/bench_ipc.py ${quick_flag[*]}"
+    if timeout 900 env PYTHONPATH="$build/python" "$python" benchmarks/python/bench_ipc.py \
+      --json "$tmp/ipc.json" "${quick_flag[@]}" 2>&1 | tee -a "$log" && record ipc python_bench "$tmp/ipc.json" \
+      "PYTHONPATH=$build/python python3 benchmarks/python/bench_ipc.py ${quick_flag[*]}"; then :; else failed+=(ipc); fi
+  else
+    say "ipc: skipped ($build has no Python module: configure it with -DGPUMEM_BUILD_PYTHON=ON)"
   fi
 fi
 if wants torch; then

@@ -482,6 +482,21 @@ def section_python(runs):
     return out
 
 
+def section_ipc(runs):
+    run = runs.get("ipc")
+    if not run:
+        return missing("ipc")
+    out = source(run, "medians; read: GB/s of a device-to-device copy of the whole buffer")
+    rows = []
+    for r in run["rows"]:
+        def us(key):
+            return "–" if r.get(key) is None else fmt(r[key])
+        rows.append([f"`{r['name']}`", fmt_bytes(r["size"]), us("export_us"), us("import_touch_us"), us("close_us"),
+                     fmt(r.get("read_gbps"))])
+    out += table(["row", "size", "export µs", "import + first touch µs", "close µs", "read GB/s"], rows) + [""]
+    return out
+
+
 def torch_rows(run):
     """{program: {allocator: row}} of the `torch` run, allocators in the run's order."""
     by = {}
@@ -657,6 +672,7 @@ SECTIONS = {
     "vmm": section_vmm_driver,
     "transfer": section_transfer,
     "python": section_python,
+    "ipc": section_ipc,
     "torch": section_torch,
 }
 

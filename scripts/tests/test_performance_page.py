@@ -68,7 +68,7 @@ class PerformancePage(unittest.TestCase):
         for heading in ("## Targets", "## Allocation: `gpumem_bench_alloc`", "## The plain API", "## Adaptor overhead",
                         "## `gpumem bench`", "## Fragmentation on real logs", "### Pieces that grow with the pool",
                         "### What a growth costs", "## Transfers and zeros", "## Python: one allocation + free pair",
-                        "## PyTorch programs"):
+                        "## Memory shared between processes", "## PyTorch programs"):
             self.assertIn(heading, self.page)
             section = self.page.split(heading, 1)[1].split("\n## ", 1)[0]
             self.assertIn("| --- |", section, f"no table under {heading}")
