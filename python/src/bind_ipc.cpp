@@ -38,14 +38,20 @@ struct py_imported_buffer {
   }
 };
 
+/** @brief The bytes of a bytes-like object (bytes, bytearray, memoryview). @throws py::type_error naming `what`. */
+std::string bytes_argument(py::handle data, char const* what)
+{
+  if (!PyObject_CheckBuffer(data.ptr()) || py::isinstance<py::str>(data)) {
+    throw py::type_error(std::string{what} + " must be bytes (or a bytes-like object), not " + type_name(data));
+  }
+  py::memoryview const view{py::reinterpret_borrow<py::object>(data)};
+  return py::bytes(view.attr("tobytes")());
+}
+
 ipc::memory_handle handle_argument(py::handle handle)
 {
   if (py::isinstance<ipc::memory_handle>(handle)) { return handle.cast<ipc::memory_handle>(); }
-  if (py::isinstance<py::bytes>(handle) || py::isinstance<py::bytearray>(handle)) {
-    std::string const bytes = py::isinstance<py::bytes>(handle) ? std::string{handle.cast<py::bytes>()}
-                                                               : std::string{handle.cast<py::bytearray>()};
-    return ipc::memory_handle::from_bytes(bytes);
-  }
+  if (PyObject_CheckBuffer(handle.ptr()) != 0) { return ipc::memory_handle::from_bytes(bytes_argument(handle, "handle")); }
   throw py::type_error("import_buffer: handle must be a gpumem.IpcHandle or its bytes, not " + type_name(handle));
 }
 
@@ -58,7 +64,7 @@ registration const ipc_bindings{binding_order::ipc, "ipc", [](py::module_& m) {
     "mapped until closed.");
   handle_class.def_static(
     "from_bytes",
-    [](py::bytes const& data) { return ipc::memory_handle::from_bytes(std::string_view{data}); }, py::arg("data"),
+    [](py::handle data) { return ipc::memory_handle::from_bytes(bytes_argument(data, "data")); }, py::arg("data"),
     "The handle whose bytes these are; ValueError naming what is wrong for bytes that are not a whole, intact "
     "gpumem handle.");
   handle_class.def(
@@ -181,6 +187,9 @@ registration const ipc_bindings{binding_order::ipc, "ipc", [](py::module_& m) {
       ipc::memory_handle const h = handle_argument(handle);
       std::vector<int> peer_devices;
       if (!peers.is_none()) {
+        if (!py::isinstance<py::iterable>(peers) || py::isinstance<py::str>(peers) || PyObject_CheckBuffer(peers.ptr())) {
+          throw py::type_error("import_buffer: peers must be a list of device ordinals, not " + type_name(peers));
+        }
         for (py::handle const peer : peers) { peer_devices.push_back(device_argument(peer, "peers")); }
       }
       auto result = std::make_unique<py_imported_buffer>();

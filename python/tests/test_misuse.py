@@ -115,6 +115,33 @@ case("gpumem.DeviceBuffer.resize")(lambda: (gpumem.DeviceBuffer(8).resize, dict(
 case("gpumem.DeviceBuffer.reserve")(lambda: (gpumem.DeviceBuffer(8).reserve, dict(new_capacity=16, stream=None)))
 case("gpumem.DeviceBuffer.shrink_to_fit")(lambda: (gpumem.DeviceBuffer(8).shrink_to_fit, dict(stream=None)))
 case("gpumem.DeviceBuffer.__dlpack__")(lambda: (gpumem.DeviceBuffer(8).__dlpack__, dict(stream=None)))
+_IPC_POOL = []
+
+
+def _exported_buffer():
+    """A DeviceBuffer of a VMM pool (kept for the module's life: exports are withdrawn when buffers go)."""
+    if not _IPC_POOL:
+        _IPC_POOL.append(mr.VmmPoolMemoryResource(slab_size=2 << 20, reservation_size=64 << 20))
+    buffer = gpumem.DeviceBuffer(4096, mr=_IPC_POOL[0])
+    _IPC_POOL.append(buffer)
+    return buffer
+
+
+def _imported_buffer():
+    return gpumem.import_buffer(_exported_buffer().export())
+
+
+case("gpumem.DeviceBuffer.export")(lambda: (_exported_buffer().export, {}))
+case("gpumem.IpcHandle.from_bytes")(lambda: (gpumem.IpcHandle.from_bytes, dict(data=_exported_buffer().export().to_bytes())))
+case("gpumem.IpcHandle.to_bytes")(lambda: (_exported_buffer().export().to_bytes, {}))
+case("gpumem.import_buffer", free=lambda imported: imported.close())(
+    lambda: (gpumem.import_buffer, dict(handle=_exported_buffer().export(), peers=None)))
+case("gpumem.ImportedBuffer.close")(lambda: (_imported_buffer().close, {}))
+case("gpumem.ImportedBuffer.__enter__")(lambda: (_imported_buffer().__enter__, {}))
+case("gpumem.ImportedBuffer.__exit__")(lambda: (_imported_buffer().__exit__, {}))
+case("gpumem.ImportedBuffer.tobytes")(lambda: (_imported_buffer().tobytes, {}))
+case("gpumem.ImportedBuffer.copy_to_host")(lambda: (_imported_buffer().copy_to_host, {}))
+case("gpumem.ImportedBuffer.copy_from_host")(lambda: (_imported_buffer().copy_from_host, dict(data=b"1234")))
 case("gpumem.SpillManager")(lambda: (gpumem.SpillManager, dict(budget_bytes=1 << 20, upstream=None)))
 case("gpumem.SpillManager.statistics")(lambda: (gpumem.SpillManager(1 << 20).statistics, {}))
 case("gpumem.SpillManager.spill")(lambda: (gpumem.SpillManager(1 << 20).spill, dict(bytes=256)))
@@ -613,6 +640,7 @@ NOT_CALLABLE_API = {"gpumem.BufferState", "gpumem.RMMError", "gpumem.level_enum"
                     "gpumem.cuda.BaseMemory", "gpumem.cuda.Graph", "gpumem.cuda.PooledMemory",
                     "gpumem.cuda.PooledPinnedMemory", "gpumem.UnifiedDeviceView", "gpumem.mr.DeviceMemoryResource"}
 NOT_CALLABLE_API |= {"gpumem.BufferNotAllocatedError", "gpumem.PoolStatistics"}
+NOT_CALLABLE_API |= {"gpumem.IpcHandle", "gpumem.ImportedBuffer"}  # made by export() and import_buffer()
 
 
 # ---- the errors pybind11 used to report in its own terms ----------------------------------------------------

@@ -1,6 +1,7 @@
 // export_memory and exported_memory (ipc.hpp): the resource's answer turned into a handle; vmm pieces are
 // offered at this process's descriptor server until the export is withdrawn.
 #include "ipc/descriptor_server.hpp"
+#include "ipc/device_identity.hpp"
 
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/error.hpp>
@@ -20,7 +21,7 @@ exported_memory export_memory(mr::device_memory_resource const& mr, void const* 
   memory_handle::fields f;
   f.backend = be.kind();
   f.device = shared.device;
-  f.pci_bus_id = be.properties(shared.device).pci_bus_id;
+  f.pci_bus_id = detail::ipc::pci_bus_id_of(shared.device);
   f.exporter_pid = ::getpid();
   f.bytes = shared.bytes;
   f.offset = shared.offset;

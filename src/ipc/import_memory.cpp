@@ -1,6 +1,7 @@
 // import_memory and imported_memory (ipc.hpp): finding the device, then mapping the exporter's pieces (vmm)
 // or opening its CUDA IPC handle.
 #include "ipc/descriptor_server.hpp"
+#include "ipc/device_identity.hpp"
 
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/backend/virtual_memory_provider.hpp>
@@ -51,7 +52,7 @@ int local_device(memory_handle const& handle)
     return f.device;
   }
   try {
-    return be.device_by_pci_bus_id(f.pci_bus_id);
+    return detail::ipc::device_at(f.pci_bus_id);
   } catch (cuda_error const&) {
     throw logic_error("gpumem IPC: the " + handle.describe() + " lives on the GPU at PCI bus id " + f.pci_bus_id +
                       ", which this process cannot see (CUDA_VISIBLE_DEVICES?)");
