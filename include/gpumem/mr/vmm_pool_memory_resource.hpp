@@ -76,6 +76,11 @@
  * reaches its page, which may be in a later call, on any thread; one freed twice with a reuse in between
  * cannot be told from two allocations (undefined, as in RMM).
  *
+ * Sharing with other processes (gpumem/ipc.hpp): shareable() exports the pieces of physical memory that hold
+ * a range in use, each as a POSIX file descriptor (on CUDA devices that support them; a memfd on the host
+ * backend); another process maps the same pieces. A piece that holds memory in use neither moves nor goes
+ * back, so the pieces stay what the handle says until the memory is freed.
+ *
  * Device: the pool belongs to the device that is current at its construction (or the provider's); use it
  * with that device current.
  *
