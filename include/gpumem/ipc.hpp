@@ -18,8 +18,12 @@
  * - cuda_memory_resource (and a pool, arena or adaptor over it), cuda backend only: the CUDA IPC handle of the
  *   cudaMalloc allocation that holds the range (cudaIpcGetMemHandle) and the range's offset in it; the
  *   importer opens it with cudaIpcOpenMemHandle.
- * Other memory (managed, pinned host, cudaMallocAsync pools, the host backend's cudaMalloc) is refused with a
- * gpumem::logic_error or cuda_error that names the resource.
+ * - cuda_async_memory_resource made with export_handle_type posix_file_descriptor (async_pool), cuda backend
+ *   only: the pool's file descriptor (cudaMemPoolExportToShareableHandle, passed as the VMM pieces are) and
+ *   the allocation's export data (cudaMemPoolExportPointer); the importer imports the pool and the pointer.
+ *   Export whole allocations (their start).
+ * Other memory (managed, pinned host, pools made without that handle type, the host backend's cudaMalloc and
+ * pools) is refused with a gpumem::logic_error or cuda_error that names the resource.
  *
  * Lifetimes:
  * - An export lives as long as its exported_memory object: while it lives, any number of processes may
@@ -31,8 +35,9 @@
  *   after the exporter frees the memory or exits; but once the exporter frees it, its pool may hand the same
  *   pieces out again, and the importer then sees the new owner's writes. Free the memory only after every
  *   importer has closed it (as with PyTorch's shared CUDA tensors).
- * - cuda_ipc: CUDA's rules: the memory stays valid while the exporting process keeps the allocation; the
- *   importer must close it before the exporter frees it (cudaFree) or exits, else what it reads is undefined.
+ * - cuda_ipc and async_pool: CUDA's rules: the memory stays valid while the exporting process keeps the
+ *   allocation; the importer must close it before the exporter frees it or exits, else what it reads is
+ *   undefined.
  * - Stream order: the exporter's writes must be complete (a stream or event synchronisation) before the
  *   importer reads, and the importer's work must be complete before close() (which waits for its device).
  *
@@ -65,9 +70,9 @@
 namespace gpumem::ipc {
 
 /** @brief How the memory is shared (see the file comment). */
-enum class mechanism : std::uint8_t { vmm = 1, cuda_ipc = 2 };
+enum class mechanism : std::uint8_t { vmm = 1, cuda_ipc = 2, async_pool = 3 };
 
-/** @brief "vmm" or "cuda_ipc". */
+/** @brief "vmm", "cuda_ipc" or "async_pool". */
 [[nodiscard]] GPUMEM_EXPORT std::string_view to_string(mechanism kind) noexcept;
 
 /** @brief What an importer needs to map exported memory: a value, serialisable to bytes and back. */
@@ -84,9 +89,9 @@ class GPUMEM_EXPORT memory_handle {
     std::size_t offset{};                   ///< where they start in the first piece (vmm) or the allocation (cuda_ipc)
     std::size_t granularity{};              ///< vmm: the exporter's mapping granularity
     std::vector<std::size_t> piece_bytes;   ///< vmm: the pieces of physical memory, in address order
-    std::string server_address;             ///< vmm: the exporting process's abstract Unix socket
-    std::array<unsigned char, 16> token{};  ///< vmm: names the export at that socket
-    std::array<unsigned char, 64> cuda_ipc_handle{};  ///< cuda_ipc: the allocation's cudaIpcMemHandle_t
+    std::string server_address;             ///< vmm, async_pool: the exporting process's abstract Unix socket
+    std::array<unsigned char, 16> token{};  ///< vmm, async_pool: names the export at that socket
+    std::array<unsigned char, 64> cuda_data{};  ///< cuda_ipc: the cudaIpcMemHandle_t; async_pool: the cudaMemPoolPtrExportData
   };
 
   /**
@@ -197,7 +202,8 @@ class GPUMEM_EXPORT imported_memory {
   std::size_t bytes_{};
   int device_{};
   mechanism kind_{mechanism::vmm};
-  void* cuda_ipc_base_{};            // cuda_ipc: what cudaIpcOpenMemHandle returned
+  void* base_{};                     // cuda_ipc: what cudaIpcOpenMemHandle returned; async_pool: the import
+  cudaMemPool_t imported_pool_{};    // async_pool
   std::shared_ptr<mapping> mapping_;  // vmm
 };
 

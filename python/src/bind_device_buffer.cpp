@@ -407,8 +407,9 @@ registration const buffers{binding_order::buffers, "device_buffer", [](py::modul
     "lives and its memory does not move (resize, reserve and shrink_to_fit withdraw it when they reallocate); "
     "imports made stay mapped until they are closed. Keep the buffer until every importer has closed it: "
     "once freed, its memory may be handed out again. Memory of a VMM pool is shared on both backends, memory "
-    "from cudaMalloc (cuda_memory_resource, or a pool over it) through CUDA IPC on the cuda backend; other "
-    "resources raise ValueError naming them.");
+    "from cudaMalloc (cuda_memory_resource, or a pool over it) through CUDA IPC, and of a "
+    "CudaAsyncMemoryResource(enable_ipc=True) through its pool's export, on the cuda backend; other resources "
+    "raise ValueError (or CUDARuntimeError) naming them.");
   cls.def_property_readonly(
     "__cuda_array_interface__",
     [](py_device_buffer const& self) {

@@ -211,3 +211,25 @@ def test_cudamalloc_memory_travels_through_cuda_ipc():
     assert child.exitcode == 0 and reports == [("ok", True)] * len(sizes)
     for i, buffer in enumerate(buffers):
         assert np.array_equal(buffer.copy_to_host(), pattern(sizes[i], 51 + i))
+
+
+@pytest.mark.skipif(gpumem.cuda.get_backend() != "cuda", reason="memory pool export needs the cuda backend and a GPU")
+def test_a_stream_ordered_pool_made_for_ipc_shares_its_allocations():
+    pool = gpumem.mr.CudaAsyncMemoryResource(enable_ipc=True)
+    sizes = [MiB, 5 * MiB]
+    buffers = [gpumem.DeviceBuffer.to_device(pattern(size, 60 + i).tobytes(), mr=pool) for i, size in enumerate(sizes)]
+    handles = [buffer.export() for buffer in buffers]
+    assert {handle.kind for handle in handles} == {"async_pool"}
+    results = spawn().Queue()
+    child = run_child(child_import_check_write, handles, [60, 61], results)
+    reports = [results.get(timeout=120) for _ in sizes]
+    child.join(60)
+    assert child.exitcode == 0 and reports == [("ok", True)] * len(sizes)
+    for i, buffer in enumerate(buffers):
+        assert np.array_equal(buffer.copy_to_host(), pattern(sizes[i], 61 + i))
+
+
+def test_a_stream_ordered_pool_not_made_for_ipc_is_refused():
+    buffer = gpumem.DeviceBuffer(size=MiB, mr=gpumem.mr.CudaAsyncMemoryResource())
+    with pytest.raises(gpumem.CUDARuntimeError):
+        buffer.export()

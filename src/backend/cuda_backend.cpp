@@ -285,6 +285,57 @@ class cuda_backend final : public backend {
   {
     report_free_failure(cudaIpcCloseMemHandle(ptr), "cudaIpcCloseMemHandle", ptr);
   }
+  [[nodiscard]] int mempool_export_handle(cudaMemPool_t pool) override
+  {
+    int fd = -1;
+    cudaError_t const status =
+      cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0);
+    if (status != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      throw cuda_error(status, std::string{"cudaMemPoolExportToShareableHandle: "} + cudaGetErrorString(status) +
+                                 " (a pool shares its memory only when made with POSIX file descriptor handles: "
+                                 "cuda_async_memory_resource's export_handle_type)");
+    }
+    return fd;
+  }
+  [[nodiscard]] std::array<unsigned char, 64> mempool_export_pointer(void const* ptr) override
+  {
+    cudaMemPoolPtrExportData data{};
+    cudaError_t const status = cudaMemPoolExportPointer(&data, const_cast<void*>(ptr));  // NOLINT: CUDA's signature
+    if (status != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      throw cuda_error(status, "cudaMemPoolExportPointer(" + format_pointer(ptr) + "): " + cudaGetErrorString(status) +
+                                 " (export the start of an allocation of the pool)");
+    }
+    std::array<unsigned char, 64> result{};
+    static_assert(sizeof(data) == result.size());
+    std::memcpy(result.data(), &data, sizeof data);
+    return result;
+  }
+  [[nodiscard]] cudaMemPool_t mempool_import_handle(int fd) override
+  {
+    cudaMemPool_t pool{};
+    cudaError_t const status = cudaMemPoolImportFromShareableHandle(
+      &pool, reinterpret_cast<void*>(static_cast<std::uintptr_t>(fd)), cudaMemHandleTypePosixFileDescriptor, 0);
+    if (status != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      throw cuda_error(status, std::string{"cudaMemPoolImportFromShareableHandle: "} + cudaGetErrorString(status));
+    }
+    return pool;
+  }
+  [[nodiscard]] void* mempool_import_pointer(cudaMemPool_t pool, std::array<unsigned char, 64> const& bytes) override
+  {
+    cudaMemPoolPtrExportData data{};
+    std::memcpy(&data, bytes.data(), sizeof data);
+    void* ptr = nullptr;
+    cudaError_t const status = cudaMemPoolImportPointer(&ptr, pool, &data);
+    if (status != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      throw cuda_error(status, std::string{"cudaMemPoolImportPointer: "} + cudaGetErrorString(status) +
+                                 " (an allocation its exporter freed, or not export data of this pool)");
+    }
+    return ptr;
+  }
 
   [[nodiscard]] bool is_migratable(void const* ptr, int device) noexcept override
   {

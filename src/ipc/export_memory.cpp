@@ -27,8 +27,23 @@ exported_memory export_memory(mr::device_memory_resource const& mr, void const* 
   f.offset = shared.offset;
   if (shared.how == mr::shareable_memory::mechanism::cuda_ipc) {
     f.kind = mechanism::cuda_ipc;
-    f.cuda_ipc_handle = shared.cuda_ipc_handle;
+    f.cuda_data = shared.cuda_data;
     return exported_memory{memory_handle{std::move(f)}};
+  }
+  if (shared.how == mr::shareable_memory::mechanism::async_pool) {
+    f.kind = mechanism::async_pool;
+    f.cuda_data = shared.cuda_data;
+    std::vector<mr::owned_fd> descriptors;
+    descriptors.push_back(std::move(shared.pool_fd));
+    auto [address, key] = detail::ipc::offer(std::move(descriptors));
+    f.server_address = std::move(address);
+    f.token = key;
+    try {
+      return exported_memory{memory_handle{std::move(f)}};
+    } catch (...) {
+      detail::ipc::withdraw(key);
+      throw;
+    }
   }
   f.kind = mechanism::vmm;
   f.granularity = shared.granularity;
@@ -69,7 +84,7 @@ exported_memory::~exported_memory() { withdraw(); }
 void exported_memory::withdraw() noexcept
 {
   if (!std::exchange(active_, false)) { return; }
-  if (handle_.kind() == mechanism::vmm) { detail::ipc::withdraw(handle_.contents().token); }
+  if (handle_.kind() != mechanism::cuda_ipc) { detail::ipc::withdraw(handle_.contents().token); }
 }
 
 }  // namespace gpumem::ipc

@@ -83,13 +83,30 @@ imported_memory import_memory(memory_handle const& handle, std::vector<int> cons
   result.bytes_ = f.bytes;
   result.device_ = device;
   result.kind_ = f.kind;
-  if (f.kind == mechanism::cuda_ipc) {
+  if (f.kind != mechanism::vmm) {
     expects(f.exporter_pid != ::getpid(),
             "gpumem IPC: the " + handle.describe() +
-              " was exported by this process; CUDA cannot open a CUDA IPC handle in its own process (use the pointer)");
-    void* const base = detail::get_backend().ipc_open_mem_handle(f.cuda_ipc_handle, device);
-    result.cuda_ipc_base_ = base;
+              " was exported by this process; CUDA cannot import its own CUDA IPC or memory pool handles there (use the pointer)");
+  }
+  detail::backend& be = detail::get_backend();
+  if (f.kind == mechanism::cuda_ipc) {
+    void* const base = be.ipc_open_mem_handle(f.cuda_data, device);
+    result.base_ = base;
     result.data_ = static_cast<char*>(base) + f.offset;
+    return result;
+  }
+  if (f.kind == mechanism::async_pool) {
+    std::vector<mr::owned_fd> const pool_fd =
+      detail::ipc::fetch(f.server_address, f.token, 1, static_cast<long long>(f.exporter_pid));
+    cudaMemPool_t const pool = be.mempool_import_handle(pool_fd.front().get());
+    try {
+      result.base_ = be.mempool_import_pointer(pool, f.cuda_data);
+    } catch (...) {
+      be.mempool_destroy(pool);
+      throw;
+    }
+    result.imported_pool_ = pool;
+    result.data_ = static_cast<char*>(result.base_) + f.offset;
     return result;
   }
   std::vector<mr::owned_fd> const descriptors =
@@ -129,7 +146,8 @@ imported_memory::imported_memory(imported_memory&& other) noexcept
     bytes_{other.bytes_},
     device_{other.device_},
     kind_{other.kind_},
-    cuda_ipc_base_{std::exchange(other.cuda_ipc_base_, nullptr)},
+    base_{std::exchange(other.base_, nullptr)},
+    imported_pool_{std::exchange(other.imported_pool_, nullptr)},
     mapping_{std::move(other.mapping_)}
 {
 }
@@ -142,7 +160,8 @@ imported_memory& imported_memory::operator=(imported_memory&& other) noexcept
     bytes_ = other.bytes_;
     device_ = other.device_;
     kind_ = other.kind_;
-    cuda_ipc_base_ = std::exchange(other.cuda_ipc_base_, nullptr);
+    base_ = std::exchange(other.base_, nullptr);
+    imported_pool_ = std::exchange(other.imported_pool_, nullptr);
     mapping_ = std::move(other.mapping_);
   }
   return *this;
@@ -155,7 +174,13 @@ void imported_memory::close() noexcept
   if (data_ == nullptr) { return; }
   data_ = nullptr;
   wait_for_device(device_);
-  if (cuda_ipc_base_ != nullptr) { detail::get_backend().ipc_close_mem_handle(std::exchange(cuda_ipc_base_, nullptr)); }
+  detail::backend& be = detail::get_backend();
+  if (imported_pool_ != nullptr) {
+    be.free_device(std::exchange(base_, nullptr));  // cudaFree of the imported allocation, then the pool's import
+    be.mempool_destroy(std::exchange(imported_pool_, nullptr));
+  } else if (base_ != nullptr) {
+    be.ipc_close_mem_handle(std::exchange(base_, nullptr));
+  }
   mapping_.reset();
 }
 

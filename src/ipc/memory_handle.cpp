@@ -101,6 +101,7 @@ std::string_view to_string(mechanism kind) noexcept
   switch (kind) {
     case mechanism::vmm: return "vmm";
     case mechanism::cuda_ipc: return "cuda_ipc";
+    case mechanism::async_pool: return "async_pool";
   }
   return "unknown";
 }
@@ -108,7 +109,7 @@ std::string_view to_string(mechanism kind) noexcept
 memory_handle::memory_handle(fields contents) : fields_{std::move(contents)}
 {
   fields const& f = fields_;
-  check(f.kind == mechanism::vmm || f.kind == mechanism::cuda_ipc,
+  check(f.kind == mechanism::vmm || f.kind == mechanism::cuda_ipc || f.kind == mechanism::async_pool,
         "unknown mechanism " + std::to_string(static_cast<int>(f.kind)));
   check(f.backend == backend_kind::cuda || f.backend == backend_kind::host,
         "unknown backend " + std::to_string(static_cast<int>(f.backend)));
@@ -134,7 +135,11 @@ memory_handle::memory_handle(fields contents) : fields_{std::move(contents)}
     check(!f.server_address.empty() && f.server_address.size() <= 100,
           "the exporter's socket address is empty or too long");
   } else {
-    check(f.piece_bytes.empty() && f.server_address.empty(), "a cuda_ipc handle names pieces or a socket");
+    check(f.piece_bytes.empty(), "a " + std::string{to_string(f.kind)} + " handle names pieces");
+    check(f.kind == mechanism::async_pool ? !f.server_address.empty() && f.server_address.size() <= 100
+                                          : f.server_address.empty(),
+          "the exporter's socket address is " +
+            std::string{f.kind == mechanism::async_pool ? "empty or too long" : "not empty in a cuda_ipc handle"});
     check(f.offset <= SIZE_MAX - f.bytes, "offset " + std::to_string(f.offset) + " + the bytes overflows");
   }
 }
@@ -159,7 +164,11 @@ std::string memory_handle::to_bytes() const
     w.text(f.server_address);
     w.raw(f.token);
   } else {
-    w.raw(f.cuda_ipc_handle);
+    if (f.kind == mechanism::async_pool) {
+      w.text(f.server_address);
+      w.raw(f.token);
+    }
+    w.raw(f.cuda_data);
   }
   w.number(checksum(w.result()));
   return std::move(w.result());
@@ -181,7 +190,7 @@ memory_handle memory_handle::from_bytes(std::string_view bytes)
   reader r{body.substr(magic.size() + 1)};
   fields f;
   auto const kind = r.number<std::uint8_t>("kind");
-  check(kind == static_cast<std::uint8_t>(mechanism::vmm) || kind == static_cast<std::uint8_t>(mechanism::cuda_ipc),
+  check(kind >= static_cast<std::uint8_t>(mechanism::vmm) && kind <= static_cast<std::uint8_t>(mechanism::async_pool),
         "unknown mechanism " + std::to_string(kind));
   f.kind = static_cast<mechanism>(kind);
   auto const backend = r.number<std::uint8_t>("backend");
@@ -202,7 +211,11 @@ memory_handle memory_handle::from_bytes(std::string_view bytes)
     f.server_address = r.text("server_address");
     r.raw(f.token, "token");
   } else {
-    r.raw(f.cuda_ipc_handle, "cuda_ipc_handle");
+    if (f.kind == mechanism::async_pool) {
+      f.server_address = r.text("server_address");
+      r.raw(f.token, "token");
+    }
+    r.raw(f.cuda_data, "cuda_data");
   }
   check(r.left() == 0, std::to_string(r.left()) + " bytes left over after its fields");
   return memory_handle{std::move(f)};

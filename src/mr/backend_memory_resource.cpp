@@ -68,7 +68,7 @@ shareable_memory backend_memory_resource::do_shareable(void const* ptr, std::siz
   result.device = be.pointer_get_attributes(ptr).device;
   result.bytes = bytes;
   result.offset = found.offset;
-  result.cuda_ipc_handle = found.handle;
+  result.cuda_data = found.handle;
   return result;
 }
 

@@ -45,6 +45,18 @@ void cuda_async_view_memory_resource::do_deallocate(void* ptr, std::size_t /*byt
   detail::get_backend().mempool_free_async(ptr, stream.value());
 }
 
+shareable_memory cuda_async_view_memory_resource::do_shareable(void const* ptr, std::size_t bytes) const
+{
+  detail::backend& be = detail::get_backend();
+  shareable_memory result;
+  result.how = shareable_memory::mechanism::async_pool;
+  result.device = device_.value();
+  result.bytes = bytes;
+  result.pool_fd = owned_fd{be.mempool_export_handle(pool_)};
+  result.cuda_data = be.mempool_export_pointer(ptr);
+  return result;
+}
+
 bool cuda_async_view_memory_resource::do_is_equal(device_memory_resource const& other) const noexcept
 {
   auto const* view = dynamic_cast<cuda_async_view_memory_resource const*>(&other);

@@ -7,6 +7,7 @@
 #include <gpumem/backend/backend.hpp>
 #include <gpumem/error.hpp>
 #include <gpumem/ipc.hpp>
+#include <gpumem/mr/cuda_async_memory_resource.hpp>
 #include <gpumem/mr/cuda_memory_resource.hpp>
 #include <gpumem/mr/managed_memory_resource.hpp>
 #include <gpumem/mr/pool_memory_resource.hpp>
@@ -147,9 +148,21 @@ TEST(IpcHandle, RoundTripsThroughBytes)
   c.bytes = 1000;
   c.offset = 4096;
   c.pci_bus_id = "0000:3b:00.0";
-  c.cuda_ipc_handle[63] = 9;
+  c.cuda_data[63] = 9;
   ipc::memory_handle const cuda{c};
-  EXPECT_EQ(ipc::memory_handle::from_bytes(cuda.to_bytes()).contents().cuda_ipc_handle[63], 9);
+  EXPECT_EQ(ipc::memory_handle::from_bytes(cuda.to_bytes()).contents().cuda_data[63], 9);
+
+  ipc::memory_handle::fields a = c;
+  a.kind = ipc::mechanism::async_pool;
+  EXPECT_THROW(ipc::memory_handle{a}, logic_error);  // an async_pool handle names the exporter's socket
+  a.server_address = "gpumem-ipc.1.00";
+  a.token[15] = 4;
+  ipc::memory_handle const async{a};
+  ipc::memory_handle const async_back = ipc::memory_handle::from_bytes(async.to_bytes());
+  EXPECT_EQ(async_back.kind(), ipc::mechanism::async_pool);
+  EXPECT_EQ(async_back.contents().server_address, "gpumem-ipc.1.00");
+  EXPECT_EQ(async_back.contents().token[15], 4);
+  EXPECT_EQ(async_back.contents().cuda_data[63], 9);
 }
 
 TEST(IpcHandle, EveryTruncationAndEveryFlippedByteIsAClearError)
@@ -268,6 +281,29 @@ TEST(IpcVmm, AnImportOutlivesTheExportTheFreeAndThePool)
   EXPECT_TRUE(holds_pattern(imported.data(), bytes, 6));
 }
 
+TEST(IpcVmm, MemoryOfAnotherDeviceIsImportedOnThatDevice)
+{
+  detail::backend& be = detail::get_backend();
+  if (be.device_count() < 2) { GTEST_SKIP() << "needs two devices"; }
+  int const previous = be.current_device();
+  be.set_current_device(1);
+  {
+    mr::vmm_pool_memory_resource pool{small_pieces()};
+    void* const p = pool.allocate(3 * MiB);
+    write_pattern(p, 3 * MiB, 8);
+    ipc::exported_memory const exported = ipc::export_memory(pool, p, 3 * MiB);
+    EXPECT_EQ(exported.handle().device(), 1);
+    be.set_current_device(0);  // the importer's current device does not decide where the memory is
+    ipc::imported_memory imported = ipc::import_memory(exported.handle());
+    EXPECT_EQ(imported.device(), 1);
+    be.set_current_device(1);
+    EXPECT_TRUE(holds_pattern(imported.data(), 3 * MiB, 8));
+    imported.close();
+    pool.deallocate(p, 3 * MiB);
+  }
+  be.set_current_device(previous);
+}
+
 TEST(IpcVmm, ForgedAndStaleHandlesAreClearErrors)
 {
   mr::vmm_pool_memory_resource pool{small_pieces()};
@@ -341,6 +377,29 @@ TEST(IpcResources, MemoryThatCannotBeSharedIsRefusedNamingTheResource)
   cuda.deallocate(c, MiB);
 }
 
+TEST(IpcResources, AStreamOrderedPoolSharesOnlyWhenMadeForIt)
+{
+  using handle_type = mr::cuda_async_memory_resource::allocation_handle_type;
+  mr::cuda_async_memory_resource plain;
+  void* const p = plain.allocate(MiB);
+  EXPECT_THROW((void)ipc::export_memory(plain, p, MiB), cuda_error);  // no handle type (or the host backend)
+  plain.deallocate(p, MiB);
+
+  mr::cuda_async_memory_resource shareable{std::nullopt, std::nullopt, handle_type::posix_file_descriptor};
+  void* const q = shareable.allocate(MiB);
+  if (detail::get_backend().kind() == backend_kind::host) {
+    std::string const message = error_of([&] { (void)ipc::export_memory(shareable, q, MiB); });
+    EXPECT_NE(message.find("private to their process"), std::string::npos) << message;
+  } else {
+    ipc::exported_memory const exported = ipc::export_memory(shareable, q, MiB);
+    EXPECT_EQ(exported.handle().kind(), ipc::mechanism::async_pool);
+    EXPECT_EQ(ipc::memory_handle::from_bytes(exported.handle().to_bytes()).to_bytes(), exported.handle().to_bytes());
+    std::string const same = error_of([&] { (void)ipc::import_memory(exported.handle()); });
+    EXPECT_NE(same.find("exported by this process"), std::string::npos) << same;
+  }
+  shareable.deallocate(q, MiB);
+}
+
 // ---- another process --------------------------------------------------------------------------------
 
 TEST(IpcProcesses, AChildImportsVerifiesAndWritesBack)
@@ -368,6 +427,18 @@ TEST(IpcProcesses, AChildImportsVerifiesAndWritesBack)
   }
   EXPECT_TRUE(holds_pattern(q, 3 * MiB, 21 + 1000));
   sub.deallocate(q, 3 * MiB);
+
+  mr::cuda_async_memory_resource async{std::nullopt, std::nullopt,
+                                       mr::cuda_async_memory_resource::allocation_handle_type::posix_file_descriptor};
+  void* const r = async.allocate(2 * MiB);
+  write_pattern(r, 2 * MiB, 31);
+  {
+    ipc::exported_memory const exported = ipc::export_memory(async, r, 2 * MiB);
+    EXPECT_EQ(exported.handle().kind(), ipc::mechanism::async_pool);
+    ASSERT_EQ(run_child(exported.handle(), 31), 0);
+  }
+  EXPECT_TRUE(holds_pattern(r, 2 * MiB, 31 + 1000));
+  async.deallocate(r, 2 * MiB);
 }
 
 /// The child side of AChildImportsVerifiesAndWritesBack (skipped when not spawned by it).

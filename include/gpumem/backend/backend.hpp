@@ -172,6 +172,18 @@ class GPUMEM_EXPORT backend {
   [[nodiscard]] virtual void* ipc_open_mem_handle(std::array<unsigned char, 64> const& handle, int device) = 0;
   /// Unmaps what ipc_open_mem_handle mapped (cudaIpcCloseMemHandle). Never throws (reports on stderr).
   virtual void ipc_close_mem_handle(void* ptr) noexcept = 0;
+  /// A POSIX file descriptor (the caller's) of `pool` for another process (cudaMemPoolExportToShareableHandle).
+  /// @throws cuda_error: cudaErrorInvalidValue when the pool was made without that handle type,
+  /// cudaErrorNotSupported under the host backend (its pools' memory is private to its process).
+  [[nodiscard]] virtual int mempool_export_handle(cudaMemPool_t pool) = 0;
+  /// cudaMemPoolExportPointer of an allocation of an exported pool (its start). @throws cuda_error.
+  [[nodiscard]] virtual std::array<unsigned char, 64> mempool_export_pointer(void const* ptr) = 0;
+  /// The pool behind another process's descriptor (cudaMemPoolImportFromShareableHandle); mempool_destroy
+  /// releases it. @throws cuda_error.
+  [[nodiscard]] virtual cudaMemPool_t mempool_import_handle(int fd) = 0;
+  /// An allocation of an imported pool (cudaMemPoolImportPointer); free_device frees the import.
+  /// @throws cuda_error (an allocation the exporter freed, or forged data).
+  [[nodiscard]] virtual void* mempool_import_pointer(cudaMemPool_t pool, std::array<unsigned char, 64> const& data) = 0;
 
   // ---- stream-ordered memory pools (cudaMallocAsync) ------------------------------------------------
   // Reuse rules are CUDA's defaults: memory freed on a stream is reused at once by later allocations on

@@ -55,6 +55,12 @@ class GPUMEM_EXPORT cuda_async_view_memory_resource : public device_memory_resou
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
   [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override;
+  /**
+   * @brief The pool's file descriptor and the allocation's export data (cuda backend; the pool must have been
+   * made with POSIX file descriptor handles: cuda_async_memory_resource's export_handle_type). `ptr` must be an
+   * allocation's start. @throws gpumem::cuda_error naming the cause otherwise.
+   */
+  [[nodiscard]] shareable_memory do_shareable(void const* ptr, std::size_t bytes) const override;
   /** @brief The name used in out_of_memory messages. */
   [[nodiscard]] virtual char const* name() const noexcept { return "cuda_async_view_memory_resource"; }
 

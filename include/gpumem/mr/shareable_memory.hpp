@@ -4,12 +4,15 @@
  * (device_memory_resource::shareable): the CUDA mechanism that can share it and what that mechanism needs.
  * gpumem/ipc.hpp turns it into a handle for the other process; applications use that header, not this one.
  *
- * Two mechanisms:
+ * Three mechanisms:
  * - vmm_pieces: the memory lies in pieces of physical memory of a VMM pool (cuMemCreate), each exported as a
  *   POSIX file descriptor (cuMemExportToShareableHandle; a memfd on the host backend). The pieces are
  *   consecutive in the exporter's addresses; the shared bytes start `offset` bytes into the first one.
  * - cuda_ipc: the memory lies in one cudaMalloc allocation, shared by its cudaIpcMemHandle_t; the shared bytes
  *   start `offset` bytes into the allocation.
+ * - async_pool: the memory is an allocation of a stream-ordered pool (cudaMallocAsync) made with POSIX file
+ *   descriptor handles: the pool's descriptor (cudaMemPoolExportToShareableHandle) and the allocation's export
+ *   data (cudaMemPoolExportPointer).
  */
 #pragma once
 
@@ -53,7 +56,7 @@ class GPUMEM_EXPORT owned_fd {
 
 /** @brief See the file comment. */
 struct shareable_memory {
-  enum class mechanism { vmm_pieces, cuda_ipc };
+  enum class mechanism { vmm_pieces, cuda_ipc, async_pool };
 
   /** @brief One piece of physical memory, whole. */
   struct piece {
@@ -67,7 +70,8 @@ struct shareable_memory {
   std::size_t offset{};    ///< where they start: in the first piece (vmm_pieces) or the allocation (cuda_ipc)
   std::size_t granularity{};         ///< vmm_pieces: the provider's mapping granularity
   std::vector<piece> pieces;         ///< vmm_pieces: in address order
-  std::array<unsigned char, 64> cuda_ipc_handle{};  ///< cuda_ipc: the allocation's cudaIpcMemHandle_t
+  std::array<unsigned char, 64> cuda_data{};  ///< cuda_ipc: the cudaIpcMemHandle_t; async_pool: the cudaMemPoolPtrExportData
+  owned_fd pool_fd;                           ///< async_pool: the pool's shareable descriptor
 };
 
 }  // namespace gpumem::mr

@@ -264,7 +264,28 @@ class host_backend final : public backend {
   void ipc_close_mem_handle(void* ptr) noexcept override
   {
     std::fprintf(stderr, "gpumem host backend: ipc_close_mem_handle(%p) of memory it never opened\n", ptr);
+  }  [[nodiscard]] int mempool_export_handle(cudaMemPool_t pool) override
+  {
+    fail(cudaErrorNotSupported, "mempool_export_handle(" + format_pointer(pool) +
+                                  "): the host backend's memory pools are private to their process; share memory "
+                                  "of a vmm_pool_memory_resource instead");
   }
+  [[nodiscard]] std::array<unsigned char, 64> mempool_export_pointer(void const* ptr) override
+  {
+    fail(cudaErrorNotSupported, "mempool_export_pointer(" + format_pointer(ptr) +
+                                  "): the host backend's memory pools are private to their process");
+  }
+  [[nodiscard]] cudaMemPool_t mempool_import_handle(int fd) override
+  {
+    fail(cudaErrorNotSupported, "mempool_import_handle(" + std::to_string(fd) +
+                                  "): the host backend's memory pools are private to their process");
+  }
+  [[nodiscard]] void* mempool_import_pointer(cudaMemPool_t pool, std::array<unsigned char, 64> const& /*data*/) override
+  {
+    fail(cudaErrorNotSupported, "mempool_import_pointer(" + format_pointer(pool) +
+                                  "): the host backend's memory pools are private to their process");
+  }
+
 
   [[nodiscard]] bool is_migratable(void const* ptr, int device) noexcept override
   {
