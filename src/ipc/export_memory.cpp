@@ -14,6 +14,25 @@
 
 namespace gpumem::ipc {
 
+namespace {
+
+/// Offers `descriptors` at this process's server and makes the handle that names them (withdrawn again if
+/// the handle cannot be made).
+exported_memory offered(memory_handle::fields f, std::vector<mr::owned_fd> descriptors, exported_memory (*make)(memory_handle))
+{
+  auto [address, key] = detail::ipc::offer(std::move(descriptors));
+  f.server_address = std::move(address);
+  f.token = key;
+  try {
+    return make(memory_handle{std::move(f)});
+  } catch (...) {
+    detail::ipc::withdraw(key);
+    throw;
+  }
+}
+
+}  // namespace
+
 exported_memory export_memory(mr::device_memory_resource const& mr, void const* ptr, std::size_t bytes)
 {
   mr::shareable_memory shared = mr.shareable(ptr, bytes);
@@ -25,43 +44,28 @@ exported_memory export_memory(mr::device_memory_resource const& mr, void const* 
   f.exporter_pid = ::getpid();
   f.bytes = shared.bytes;
   f.offset = shared.offset;
-  if (shared.how == mr::shareable_memory::mechanism::cuda_ipc) {
-    f.kind = mechanism::cuda_ipc;
-    f.cuda_data = shared.cuda_data;
-    return exported_memory{memory_handle{std::move(f)}};
-  }
-  if (shared.how == mr::shareable_memory::mechanism::async_pool) {
-    f.kind = mechanism::async_pool;
-    f.cuda_data = shared.cuda_data;
-    std::vector<mr::owned_fd> descriptors;
-    descriptors.push_back(std::move(shared.pool_fd));
-    auto [address, key] = detail::ipc::offer(std::move(descriptors));
-    f.server_address = std::move(address);
-    f.token = key;
-    try {
-      return exported_memory{memory_handle{std::move(f)}};
-    } catch (...) {
-      detail::ipc::withdraw(key);
-      throw;
-    }
+  auto const make = [](memory_handle handle) { return exported_memory{std::move(handle)}; };
+  std::vector<mr::owned_fd> descriptors;
+  switch (shared.how) {
+    case mr::shareable_memory::mechanism::cuda_ipc:
+      f.kind = mechanism::cuda_ipc;
+      f.cuda_data = shared.cuda_data;
+      return make(memory_handle{std::move(f)});
+    case mr::shareable_memory::mechanism::async_pool:
+      f.kind = mechanism::async_pool;
+      f.cuda_data = shared.cuda_data;
+      descriptors.push_back(std::move(shared.pool_fd));
+      return offered(std::move(f), std::move(descriptors), make);
+    case mr::shareable_memory::mechanism::vmm_pieces: break;
   }
   f.kind = mechanism::vmm;
   f.granularity = shared.granularity;
-  std::vector<mr::owned_fd> descriptors;
   descriptors.reserve(shared.pieces.size());
   for (auto& piece : shared.pieces) {
     f.piece_bytes.push_back(piece.bytes);
     descriptors.push_back(std::move(piece.fd));
   }
-  auto [address, key] = detail::ipc::offer(std::move(descriptors));
-  f.server_address = std::move(address);
-  f.token = key;
-  try {
-    return exported_memory{memory_handle{std::move(f)}};
-  } catch (...) {
-    detail::ipc::withdraw(key);
-    throw;
-  }
+  return offered(std::move(f), std::move(descriptors), make);
 }
 
 exported_memory::exported_memory(exported_memory&& other) noexcept

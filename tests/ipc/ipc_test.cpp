@@ -416,29 +416,25 @@ TEST(IpcProcesses, AChildImportsVerifiesAndWritesBack)
   pool.deallocate(p, bytes);
 
   if (detail::get_backend().kind() != backend_kind::cuda) { return; }
+  // The CUDA mechanisms: a pool over cudaMalloc (CUDA IPC) and a stream-ordered pool made for sharing.
+  auto round_trip = [](mr::device_memory_resource& resource, std::size_t size, std::uint32_t seed,
+                       ipc::mechanism expected) {
+    void* const q = resource.allocate(size);
+    write_pattern(q, size, seed);
+    {
+      ipc::exported_memory const exported = ipc::export_memory(resource, q, size);
+      EXPECT_EQ(exported.handle().kind(), expected);
+      EXPECT_EQ(run_child(exported.handle(), seed), 0);
+    }
+    EXPECT_TRUE(holds_pattern(q, size, seed + 1000));
+    resource.deallocate(q, size);
+  };
   mr::cuda_memory_resource cuda;
   mr::pool_memory_resource sub{&cuda, 16 * MiB};
-  void* const q = sub.allocate(3 * MiB);
-  write_pattern(q, 3 * MiB, 21);
-  {
-    ipc::exported_memory const exported = ipc::export_memory(sub, q, 3 * MiB);
-    EXPECT_EQ(exported.handle().kind(), ipc::mechanism::cuda_ipc);
-    ASSERT_EQ(run_child(exported.handle(), 21), 0);
-  }
-  EXPECT_TRUE(holds_pattern(q, 3 * MiB, 21 + 1000));
-  sub.deallocate(q, 3 * MiB);
-
+  round_trip(sub, 3 * MiB, 21, ipc::mechanism::cuda_ipc);
   mr::cuda_async_memory_resource async{std::nullopt, std::nullopt,
                                        mr::cuda_async_memory_resource::allocation_handle_type::posix_file_descriptor};
-  void* const r = async.allocate(2 * MiB);
-  write_pattern(r, 2 * MiB, 31);
-  {
-    ipc::exported_memory const exported = ipc::export_memory(async, r, 2 * MiB);
-    EXPECT_EQ(exported.handle().kind(), ipc::mechanism::async_pool);
-    ASSERT_EQ(run_child(exported.handle(), 31), 0);
-  }
-  EXPECT_TRUE(holds_pattern(r, 2 * MiB, 31 + 1000));
-  async.deallocate(r, 2 * MiB);
+  round_trip(async, 2 * MiB, 31, ipc::mechanism::async_pool);
 }
 
 /// The child side of AChildImportsVerifiesAndWritesBack (skipped when not spawned by it).
