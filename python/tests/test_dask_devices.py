@@ -136,3 +136,32 @@ def test_a_plugin_that_fails_on_the_workers_fails_the_cluster_with_its_error():
     with pytest.raises(RuntimeError, match="failed to start") as raised:
         LocalDeviceCluster(plugin=GpumemPlugin("cuda", device=64), dashboard_address=None)
     assert "device 64 does not exist" in str(raised.value.__cause__)
+
+
+def _gpu_count():
+    if os.environ.get("GPUMEM_BACKEND") == "host":
+        return 0
+    import gpumem
+
+    return gpumem.cuda.get_device_count() if gpumem.cuda.get_backend() == "cuda" else 0
+
+
+@pytest.mark.skipif(_gpu_count() < 2, reason="needs two GPUs (the cuda backend)")
+def test_one_worker_per_gpu_each_with_its_own_resource_and_statistics():
+    env = {name: value for name, value in os.environ.items() if name != "CUDA_VISIBLE_DEVICES"}
+    env["GPUMEM_BACKEND"] = "cuda"
+    done = subprocess.run([sys.executable, "-c", _CLUSTER, "null"], env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout)
+    count = _gpu_count()
+    assert result["total"] == result["expected"], "every block came back through device memory intact"
+    assert set(result["infos"]) == {str(d) for d in range(count)}, "one worker per GPU"
+    buses = {info["device_pci_bus_id"] for info in result["infos"].values()}
+    assert len(buses) == count and "" not in buses, "each worker on its own GPU"
+    for d, info in result["infos"].items():
+        assert (info["device"], info["resource_type"]) == (0, "PoolMemoryResource")
+        assert info["statistics"]["total_count"] >= 1 and info["statistics"]["current_bytes"] == 0, d
+        assert result["seen"][d][0] == 0 and len(result["seen"][d][1]) == count
+    for d in range(count):
+        assert result["env"][str(d)]["CUDA_VISIBLE_DEVICES"] == rotated([str(e) for e in range(count)], d)

@@ -55,6 +55,20 @@ def child_export(sizes, handles, done):
     done.wait(60)
 
 
+def child_on_another_device(handle, seed, results):
+    """In a process whose device 0 is the exporter's device 1 (CUDA_VISIBLE_DEVICES="1,0"): imports memory of
+    the exporter's device 0 (found by its PCI bus id: here device 1), copies it into a buffer of its own device 0
+    across the GPUs and checks it."""
+    try:
+        with gpumem.import_buffer(handle, peers=[0]) as imported:
+            local = gpumem.DeviceBuffer(size=imported.size)
+            local.copy_from_device(imported)
+            ok = np.array_equal(local.copy_to_host(), pattern(imported.size, seed))
+            results.put(("ok" if ok else "bytes differ", imported.device))
+    except Exception as error:
+        results.put((f"{type(error).__name__}: {error}", None))
+
+
 def run_child(target, *args):
     process = spawn().Process(target=target, args=args)
     process.start()
@@ -231,5 +245,27 @@ def test_a_stream_ordered_pool_made_for_ipc_shares_its_allocations():
 
 def test_a_stream_ordered_pool_not_made_for_ipc_is_refused():
     buffer = gpumem.DeviceBuffer(size=MiB, mr=gpumem.mr.CudaAsyncMemoryResource())
-    with pytest.raises(gpumem.CUDARuntimeError):
+    with pytest.raises(ValueError, match="enable_ipc=True"):
         buffer.export()
+
+
+@pytest.mark.skipif(gpumem.cuda.get_backend() != "cuda" or gpumem.cuda.get_device_count() < 2,
+                    reason="needs two GPUs")
+def test_a_process_on_the_other_gpu_imports_memory_of_gpu_0():
+    pool = vmm_pool()
+    size = 9 * MiB
+    buffer = gpumem.DeviceBuffer.to_device(pattern(size, 70).tobytes(), mr=pool)
+    handle = buffer.export()
+    results = spawn().Queue()
+    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = "1,0"  # the child's device 0 is GPU 1; it sees GPU 0 as its device 1
+    try:
+        child = run_child(child_on_another_device, handle, 70, results)
+    finally:
+        if previous is None:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = previous
+    report = results.get(timeout=120)
+    child.join(60)
+    assert child.exitcode == 0 and report == ("ok", 1)

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
@@ -176,7 +177,13 @@ void imported_memory::close() noexcept
   wait_for_device(device_);
   detail::backend& be = detail::get_backend();
   if (imported_pool_ != nullptr) {
-    be.free_device(std::exchange(base_, nullptr));  // cudaFree of the imported allocation, then the pool's import
+    // The imported allocation goes back (stream-ordered, as it came), completed before the pool's import goes.
+    be.mempool_free_async(std::exchange(base_, nullptr), nullptr);
+    try {
+      be.stream_synchronize(nullptr);
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "gpumem IPC: waiting for the free of an imported pool allocation failed: %s\n", e.what());
+    }
     be.mempool_destroy(std::exchange(imported_pool_, nullptr));
   } else if (base_ != nullptr) {
     be.ipc_close_mem_handle(std::exchange(base_, nullptr));

@@ -133,7 +133,8 @@ cuda_async_memory_resource::cuda_async_memory_resource(std::optional<std::size_t
                                                        std::optional<allocation_handle_type> export_handle_type,
                                                        std::optional<std::size_t> maximum_pool_size)
   : cuda_async_view_memory_resource{create_pool(initial_pool_size, export_handle_type, maximum_pool_size),
-                                    get_current_cuda_device()}
+                                    get_current_cuda_device()},
+    export_handle_type_{export_handle_type}
 {
   try {
     detail::get_backend().mempool_set_release_threshold(
@@ -151,5 +152,14 @@ cuda_async_memory_resource::cuda_async_memory_resource(std::optional<std::size_t
 }
 
 cuda_async_memory_resource::~cuda_async_memory_resource() { detail::get_backend().mempool_destroy(pool_handle()); }
+
+shareable_memory cuda_async_memory_resource::do_shareable(void const* ptr, std::size_t bytes) const
+{
+  expects(export_handle_type_ == allocation_handle_type::posix_file_descriptor,
+          "cuda_async_memory_resource cannot share its memory with another process: its pool was made without "
+          "export_handle_type posix_file_descriptor (enable_ipc=True in Python); asked for " + std::to_string(bytes) +
+            " bytes at " + format_pointer(ptr));
+  return cuda_async_view_memory_resource::do_shareable(ptr, bytes);
+}
 
 }  // namespace gpumem::mr

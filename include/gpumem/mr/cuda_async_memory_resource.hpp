@@ -49,6 +49,14 @@ class GPUMEM_EXPORT cuda_async_memory_resource final : public cuda_async_view_me
 
  protected:
   [[nodiscard]] char const* name() const noexcept override { return "cuda_async_memory_resource"; }
+  /**
+   * @brief As the view's, for a pool made with export_handle_type posix_file_descriptor.
+   * @throws gpumem::logic_error naming the option for a pool made without it (no driver call).
+   */
+  [[nodiscard]] shareable_memory do_shareable(void const* ptr, std::size_t bytes) const override;
+
+ private:
+  std::optional<allocation_handle_type> export_handle_type_;
 };
 
 }  // namespace gpumem::mr
