@@ -51,7 +51,7 @@ struct server_state {
   pid_t pid GPUMEM_GUARDED_BY(mutex){0};  // the process that started the server (0: none)
   int listen_fd GPUMEM_GUARDED_BY(mutex){-1};
   std::string address GPUMEM_GUARDED_BY(mutex);
-  std::map<token, std::vector<mr::owned_fd>> exports GPUMEM_GUARDED_BY(mutex);
+  std::map<token, std::vector<std::shared_ptr<mr::owned_fd const>>> exports GPUMEM_GUARDED_BY(mutex);
 };
 
 server_state& state()
@@ -135,7 +135,7 @@ void answer(int connection) noexcept
   }
   std::vector<int> numbers;
   numbers.reserve(found->second.size());
-  for (auto const& fd : found->second) { numbers.push_back(fd.get()); }
+  for (auto const& fd : found->second) { numbers.push_back(fd->get()); }
   auto const total = static_cast<std::uint32_t>(numbers.size());
   for (std::size_t sent = 0; sent < numbers.size();) {
     std::size_t const batch = std::min(batch_limit, numbers.size() - sent);
@@ -194,7 +194,7 @@ void start_server(server_state& s) GPUMEM_REQUIRES(s.mutex)
 
 }  // namespace
 
-std::pair<std::string, token> offer(std::vector<mr::owned_fd> descriptors)
+std::pair<std::string, token> offer(std::vector<std::shared_ptr<mr::owned_fd const>> descriptors)
 {
   token key{};
   random_bytes(key.data(), key.size());
@@ -207,7 +207,7 @@ std::pair<std::string, token> offer(std::vector<mr::owned_fd> descriptors)
 
 void withdraw(token const& key) noexcept
 {
-  std::vector<mr::owned_fd> closing;
+  std::vector<std::shared_ptr<mr::owned_fd const>> closing;
   server_state& s = state();
   {
     detail::lock_guard lock{s.mutex};

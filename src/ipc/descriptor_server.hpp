@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,7 @@ using token = std::array<unsigned char, 16>;
  * @return the server's address (an abstract socket name, without the leading NUL) and the token.
  * @throws gpumem::cuda_error (cudaErrorUnknown) naming the system call when the server cannot start.
  */
-[[nodiscard]] std::pair<std::string, token> offer(std::vector<mr::owned_fd> descriptors);
+[[nodiscard]] std::pair<std::string, token> offer(std::vector<std::shared_ptr<mr::owned_fd const>> descriptors);
 
 /** @brief Forgets the export of `key`, closing its descriptors; later requests for it are refused. */
 void withdraw(token const& key) noexcept;

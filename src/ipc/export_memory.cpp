@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -18,7 +19,8 @@ namespace {
 
 /// Offers `descriptors` at this process's server and makes the handle that names them (withdrawn again if
 /// the handle cannot be made).
-exported_memory offered(memory_handle::fields f, std::vector<mr::owned_fd> descriptors, exported_memory (*make)(memory_handle))
+exported_memory offered(memory_handle::fields f, std::vector<std::shared_ptr<mr::owned_fd const>> descriptors,
+                        exported_memory (*make)(memory_handle))
 {
   auto [address, key] = detail::ipc::offer(std::move(descriptors));
   f.server_address = std::move(address);
@@ -45,7 +47,7 @@ exported_memory export_memory(mr::device_memory_resource const& mr, void const* 
   f.bytes = shared.bytes;
   f.offset = shared.offset;
   auto const make = [](memory_handle handle) { return exported_memory{std::move(handle)}; };
-  std::vector<mr::owned_fd> descriptors;
+  std::vector<std::shared_ptr<mr::owned_fd const>> descriptors;
   switch (shared.how) {
     case mr::shareable_memory::mechanism::cuda_ipc:
       f.kind = mechanism::cuda_ipc;
@@ -54,7 +56,7 @@ exported_memory export_memory(mr::device_memory_resource const& mr, void const* 
     case mr::shareable_memory::mechanism::async_pool:
       f.kind = mechanism::async_pool;
       f.cuda_data = shared.cuda_data;
-      descriptors.push_back(std::move(shared.pool_fd));
+      descriptors.push_back(std::make_shared<mr::owned_fd const>(std::move(shared.pool_fd)));
       return offered(std::move(f), std::move(descriptors), make);
     case mr::shareable_memory::mechanism::vmm_pieces: break;
   }

@@ -132,7 +132,7 @@ vmm_pool_memory_resource::~vmm_pool_memory_resource()
   }
   heap_->for_each_mapping([&](std::uintptr_t address, std::uint64_t handle, std::size_t bytes) {
     provider_->unmap(address, bytes);
-    provider_->release(handle);
+    release_piece(handle);
   });
   for (auto const& slot : slots_) {
     if (slot.event != nullptr) { be.event_destroy(slot.event); }
@@ -505,13 +505,13 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
       try {
         auto const taken = heap_->unback(address);
         provider_->unmap(address, taken.slabs * slab);
-        provider_->release(taken.handle);
+        release_piece(taken.handle);
         released_ += taken.slabs;
       } catch (...) {  // NOLINT(bugprone-empty-catch): the mapping stays as free memory of the pool
       }
     }
     for (auto const& [handle, slabs] : spare) {
-      provider_->release(handle);
+      release_piece(handle);
       released_ += slabs;
     }
     spare.clear();
@@ -548,7 +548,7 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
       try {
         provider_->map(address, slabs * slab, handle);
       } catch (...) {
-        provider_->release(handle);
+        release_piece(handle);
         released_ += slabs;
         throw;
       }
@@ -556,7 +556,7 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
         heap_->back(address, handle, slabs);
       } catch (...) {
         provider_->unmap(address, slabs * slab);
-        provider_->release(handle);
+        release_piece(handle);
         released_ += slabs;
         throw;
       }
@@ -619,11 +619,20 @@ std::size_t vmm_pool_memory_resource::release_mappings(std::vector<detail::virtu
 {
   std::size_t bytes = 0;
   for (auto const& m : mappings) {
-    provider_->release(take_down(m.address));
+    release_piece(take_down(m.address));
     released_ += m.slabs;
     bytes += m.slabs * heap_->slab_size();
   }
   return bytes;
+}
+
+void vmm_pool_memory_resource::release_piece(physical_handle handle) noexcept
+{
+  {
+    detail::lock_guard lock{exports_mutex_};
+    exported_pieces_.erase(handle);  // a later piece may get the same handle value
+  }
+  provider_->release(handle);
 }
 
 shareable_memory vmm_pool_memory_resource::do_shareable(void const* ptr, std::size_t bytes) const
@@ -644,9 +653,13 @@ shareable_memory vmm_pool_memory_resource::do_shareable(void const* ptr, std::si
   }
   result.offset = address - pieces.front().address;
   result.pieces.reserve(pieces.size());
+  detail::lock_guard exports_lock{exports_mutex_};
   for (auto const& piece : pieces) {
-    // A piece that holds memory in use neither moves nor goes back while this lock is held.
-    result.pieces.push_back({owned_fd{provider_->export_handle(piece.handle)}, piece.bytes});
+    // A piece that holds memory in use neither moves nor goes back while the pool's lock is held. Its
+    // descriptor is made once and shared by every export of memory in it, until the piece goes back.
+    std::shared_ptr<owned_fd const>& fd = exported_pieces_[piece.handle];
+    if (!fd) { fd = std::make_shared<owned_fd const>(provider_->export_handle(piece.handle)); }
+    result.pieces.push_back({fd, piece.bytes});
   }
   return result;
 }

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -302,6 +303,39 @@ TEST(IpcVmm, MemoryOfAnotherDeviceIsImportedOnThatDevice)
     pool.deallocate(p, 3 * MiB);
   }
   be.set_current_device(previous);
+}
+
+std::size_t open_descriptors()
+{
+  std::size_t count = 0;
+  for ([[maybe_unused]] auto const& entry : std::filesystem::directory_iterator{"/proc/self/fd"}) { ++count; }
+  return count;
+}
+
+TEST(IpcVmm, ExportsOfBlocksInOnePieceShareItsDescriptor)
+{
+  mr::vmm_pool_options options = small_pieces();
+  options.slab_size = 32 * MiB;  // one piece holds every block below
+  mr::vmm_pool_memory_resource pool{options};
+  std::vector<void*> blocks;
+  std::vector<ipc::exported_memory> exports;
+  for (int i = 0; i < 300; ++i) { blocks.push_back(pool.allocate(64 * 1024)); }
+  std::size_t const before = open_descriptors();
+  for (void* const b : blocks) { exports.push_back(ipc::export_memory(pool, b, 64 * 1024)); }
+  EXPECT_LE(open_descriptors(), before + 4);  // one descriptor for the piece (and the server's socket)
+  {
+    ipc::imported_memory const last = ipc::import_memory(exports.back().handle());
+    write_pattern(blocks.back(), 64 * 1024, 9);
+    EXPECT_TRUE(holds_pattern(last.data(), 64 * 1024, 9));
+  }
+  exports.clear();
+  for (void* const b : blocks) { pool.deallocate(b, 64 * 1024); }
+  EXPECT_GT(pool.release_unused(), 0U);  // the piece goes back: its descriptor is forgotten
+  void* const again = pool.allocate(MiB);  // a new piece, maybe with the old handle's value
+  write_pattern(again, MiB, 10);
+  ipc::imported_memory const fresh = ipc::import_memory(ipc::export_memory(pool, again, MiB).handle());
+  EXPECT_TRUE(holds_pattern(fresh.data(), MiB, 10));
+  pool.deallocate(again, MiB);
 }
 
 TEST(IpcVmm, ForgedAndStaleHandlesAreClearErrors)

@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 namespace gpumem::mr {
@@ -60,8 +61,8 @@ struct shareable_memory {
 
   /** @brief One piece of physical memory, whole. */
   struct piece {
-    owned_fd fd;         ///< its shareable file descriptor, owned here
-    std::size_t bytes{};  ///< its size (a multiple of `granularity`)
+    std::shared_ptr<owned_fd const> fd;  ///< its shareable file descriptor (shared by the exports of the piece)
+    std::size_t bytes{};                 ///< its size (a multiple of `granularity`)
   };
 
   mechanism how{mechanism::vmm_pieces};

@@ -103,6 +103,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -315,6 +316,8 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// Unmaps and releases the wholly free `mappings` (after their streams). Lock held. @return bytes.
   std::size_t release_mappings(std::vector<detail::virtual_heap::mapping> const& mappings) GPUMEM_REQUIRES(mutex_);
   [[noreturn]] void fail(std::size_t bytes, std::string_view why) GPUMEM_REQUIRES(mutex_);
+  /// Releases a piece of physical memory, forgetting its exported descriptor (the exports keep theirs).
+  void release_piece(physical_handle handle) noexcept;
 
   std::unique_ptr<virtual_memory_provider> provider_;
   mutable detail::mutex mutex_;
@@ -336,6 +339,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::size_t small_block_limit_{};   // fixed at construction (read without the lock)
   std::size_t thread_cache_limit_{};  // fixed at construction (read without the lock)
   std::optional<detail::small_pages> pages_ GPUMEM_GUARDED_BY(mutex_);  // none: small_block_limit 0
+  mutable detail::mutex exports_mutex_;  // taken inside mutex_, never the other way round
+  /// The descriptor of each piece that was exported (shareable()), shared by the exports, until it goes back.
+  mutable std::map<physical_handle, std::shared_ptr<owned_fd const>> exported_pieces_ GPUMEM_GUARDED_BY(exports_mutex_);
   mutable detail::thread_cache_registry caches_{this};  // after everything spill() uses: detached first
 };
 
