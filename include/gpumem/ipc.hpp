@@ -47,9 +47,11 @@
  * forbids it; a vmm handle maps there as in any other process) each give gpumem::logic_error (or cuda_error
  * for what the driver refuses) naming what is wrong.
  *
- * Cost: an export is one driver call per piece (vmm) or one cudaIpcGetMemHandle, and holds one file
- * descriptor per piece in the exporting process until withdrawn. An import is a socket round trip and a
- * cuMemImportFromShareableHandle + cuMemMap + cuMemSetAccess per piece, or one cudaIpcOpenMemHandle.
+ * Cost: an export is one driver call per piece not exported before (vmm), one cudaIpcGetMemHandle, or two
+ * calls for a pool's allocation. The exporting process holds one file descriptor per exported piece, shared
+ * by every export of memory in it, until the piece goes back and the last export holding it is withdrawn. An
+ * import is a socket round trip and a cuMemImportFromShareableHandle + cuMemMap + cuMemSetAccess per piece,
+ * one cudaIpcOpenMemHandle, or a pool and a pointer import.
  * Thread-safety: every function may be called from any thread; one exported_memory or imported_memory
  * object must not be used by two threads at once.
  */
