@@ -210,37 +210,31 @@ def test_a_handle_of_a_process_that_is_gone_is_a_clear_error():
         gpumem.import_buffer(handle)
 
 
-@pytest.mark.skipif(gpumem.cuda.get_backend() != "cuda", reason="CUDA IPC needs the cuda backend and a GPU")
-def test_cudamalloc_memory_travels_through_cuda_ipc():
-    upstream = gpumem.mr.CudaMemoryResource()
-    pool = gpumem.mr.PoolMemoryResource(upstream, initial_pool_size=32 * MiB)
-    sizes = [MiB, 3 * MiB + 256]
-    buffers = [gpumem.DeviceBuffer.to_device(pattern(size, 50 + i).tobytes(), mr=pool) for i, size in enumerate(sizes)]
+def round_trip_through_a_child(resource, sizes, first_seed, kind):
+    """Buffers of `sizes` from `resource` travel to a child as handles of `kind`; it checks every byte and writes
+    the next pattern back, which this process then sees."""
+    buffers = [gpumem.DeviceBuffer.to_device(pattern(size, first_seed + i).tobytes(), mr=resource)
+               for i, size in enumerate(sizes)]
     handles = [buffer.export() for buffer in buffers]
-    assert {handle.kind for handle in handles} == {"cuda_ipc"}
+    assert {handle.kind for handle in handles} == {kind}
     results = spawn().Queue()
-    child = run_child(child_import_check_write, handles, [50, 51], results)
+    child = run_child(child_import_check_write, handles, [first_seed + i for i in range(len(sizes))], results)
     reports = [results.get(timeout=120) for _ in sizes]
     child.join(60)
     assert child.exitcode == 0 and reports == [("ok", True)] * len(sizes)
     for i, buffer in enumerate(buffers):
-        assert np.array_equal(buffer.copy_to_host(), pattern(sizes[i], 51 + i))
+        assert np.array_equal(buffer.copy_to_host(), pattern(sizes[i], first_seed + i + 1))
+
+
+@pytest.mark.skipif(gpumem.cuda.get_backend() != "cuda", reason="CUDA IPC needs the cuda backend and a GPU")
+def test_cudamalloc_memory_travels_through_cuda_ipc():
+    pool = gpumem.mr.PoolMemoryResource(gpumem.mr.CudaMemoryResource(), initial_pool_size=32 * MiB)
+    round_trip_through_a_child(pool, [MiB, 3 * MiB + 256], 50, "cuda_ipc")
 
 
 @pytest.mark.skipif(gpumem.cuda.get_backend() != "cuda", reason="memory pool export needs the cuda backend and a GPU")
 def test_a_stream_ordered_pool_made_for_ipc_shares_its_allocations():
-    pool = gpumem.mr.CudaAsyncMemoryResource(enable_ipc=True)
-    sizes = [MiB, 5 * MiB]
-    buffers = [gpumem.DeviceBuffer.to_device(pattern(size, 60 + i).tobytes(), mr=pool) for i, size in enumerate(sizes)]
-    handles = [buffer.export() for buffer in buffers]
-    assert {handle.kind for handle in handles} == {"async_pool"}
-    results = spawn().Queue()
-    child = run_child(child_import_check_write, handles, [60, 61], results)
-    reports = [results.get(timeout=120) for _ in sizes]
-    child.join(60)
-    assert child.exitcode == 0 and reports == [("ok", True)] * len(sizes)
-    for i, buffer in enumerate(buffers):
-        assert np.array_equal(buffer.copy_to_host(), pattern(sizes[i], 61 + i))
+    round_trip_through_a_child(gpumem.mr.CudaAsyncMemoryResource(enable_ipc=True), [MiB, 5 * MiB], 60, "async_pool")
 
 
 def test_a_stream_ordered_pool_not_made_for_ipc_is_refused():

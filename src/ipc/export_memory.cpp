@@ -19,14 +19,13 @@ namespace {
 
 /// Offers `descriptors` at this process's server and makes the handle that names them (withdrawn again if
 /// the handle cannot be made).
-exported_memory offered(memory_handle::fields f, std::vector<std::shared_ptr<mr::owned_fd const>> descriptors,
-                        exported_memory (*make)(memory_handle))
+memory_handle offered(memory_handle::fields f, std::vector<std::shared_ptr<mr::owned_fd const>> descriptors)
 {
   auto [address, key] = detail::ipc::offer(std::move(descriptors));
   f.server_address = std::move(address);
   f.token = key;
   try {
-    return make(memory_handle{std::move(f)});
+    return memory_handle{std::move(f)};
   } catch (...) {
     detail::ipc::withdraw(key);
     throw;
@@ -46,18 +45,17 @@ exported_memory export_memory(mr::device_memory_resource const& mr, void const* 
   f.exporter_pid = ::getpid();
   f.bytes = shared.bytes;
   f.offset = shared.offset;
-  auto const make = [](memory_handle handle) { return exported_memory{std::move(handle)}; };
   std::vector<std::shared_ptr<mr::owned_fd const>> descriptors;
   switch (shared.how) {
     case mr::shareable_memory::mechanism::cuda_ipc:
       f.kind = mechanism::cuda_ipc;
       f.cuda_data = shared.cuda_data;
-      return make(memory_handle{std::move(f)});
+      return exported_memory{memory_handle{std::move(f)}};
     case mr::shareable_memory::mechanism::async_pool:
       f.kind = mechanism::async_pool;
       f.cuda_data = shared.cuda_data;
       descriptors.push_back(std::make_shared<mr::owned_fd const>(std::move(shared.pool_fd)));
-      return offered(std::move(f), std::move(descriptors), make);
+      return exported_memory{offered(std::move(f), std::move(descriptors))};
     case mr::shareable_memory::mechanism::vmm_pieces: break;
   }
   f.kind = mechanism::vmm;
@@ -67,7 +65,7 @@ exported_memory export_memory(mr::device_memory_resource const& mr, void const* 
     f.piece_bytes.push_back(piece.bytes);
     descriptors.push_back(std::move(piece.fd));
   }
-  return offered(std::move(f), std::move(descriptors), make);
+  return exported_memory{offered(std::move(f), std::move(descriptors))};
 }
 
 exported_memory::exported_memory(exported_memory&& other) noexcept
