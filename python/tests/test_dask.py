@@ -164,19 +164,31 @@ def _hold_sixteen_blocks(client):
     return client.gather([client.submit(_device_sum, block) for block in blocks])
 
 
-@pytest.fixture()
-def small_device_cluster(monkeypatch):
-    monkeypatch.setenv("GPUMEM_HOST_MEMORY", str(64 << 20))  # the worker's emulated device: 64 MiB
+# The worker's device holds 64 MiB: on the host backend an emulated device of that size (GPUMEM_HOST_MEMORY);
+# on any backend, a pool that may not grow past it. The job keeps 128 MiB.
+SMALL_DEVICES = {
+    "emulated_device": (dict(resource="cuda"), {"GPUMEM_HOST_MEMORY": str(64 << 20)}),
+    "capped_pool": (dict(resource="pool", initial_pool_size="64MiB", maximum_pool_size="64MiB"), {}),
+}
+
+
+@pytest.fixture(params=sorted(SMALL_DEVICES))
+def small_device(request, monkeypatch):
+    """(the plugin's resource options, a one-worker cluster) for a worker whose device holds 64 MiB."""
+    options, environment = SMALL_DEVICES[request.param]
+    if "GPUMEM_HOST_MEMORY" in environment and gpumem.cuda.get_backend() != "host":
+        pytest.skip("sizes the device through GPUMEM_HOST_MEMORY, which only the host backend reads")
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
                                   worker_dashboard_address=None) as local:
-        yield local
+        yield options, local
 
 
-def test_a_job_larger_than_the_device_runs_out_of_memory_without_spilling_and_finishes_with_it(small_device_cluster):
-    if gpumem.cuda.get_backend() != "host":
-        pytest.skip("sizes the device through GPUMEM_HOST_MEMORY, which only the host backend reads")
-    with distributed.Client(small_device_cluster) as client:
-        client.register_worker_plugin(GpumemPlugin("cuda"))
+def test_a_job_larger_than_the_device_runs_out_of_memory_without_spilling_and_finishes_with_it(small_device):
+    options, cluster = small_device
+    with distributed.Client(cluster) as client:
+        client.register_worker_plugin(GpumemPlugin(**options))
         try:
             with pytest.raises(gpumem.OutOfMemoryError):
                 _hold_sixteen_blocks(client)
@@ -184,7 +196,7 @@ def test_a_job_larger_than_the_device_runs_out_of_memory_without_spilling_and_fi
             client.unregister_worker_plugin("gpumem")
         client.restart()
 
-        client.register_worker_plugin(GpumemPlugin("cuda", device_memory_limit="48MiB"))
+        client.register_worker_plugin(GpumemPlugin(**options, device_memory_limit="48MiB"))
         try:
             results = _hold_sixteen_blocks(client)
             assert [total for total, _ in results] == [float(i) * (1 << 20) for i in range(16)], \
