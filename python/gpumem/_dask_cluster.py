@@ -19,8 +19,11 @@ INHERITED = ("GPUMEM_HOST_DEVICES", "GPUMEM_HOST_MEMORY")
 """Variables every worker takes from the process that makes the cluster, with its GPUMEM_BACKEND, so that a
 worker's devices are the same devices (emulated ones included) as this process's."""
 
-VISIBILITY = ("CUDA_VISIBLE_DEVICES", "GPUMEM_HOST_VISIBLE_DEVICES")
-"""The variables that say which devices a worker sees and in which order: CUDA's, and the host backend's."""
+VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "host": "GPUMEM_HOST_VISIBLE_DEVICES"}
+"""By backend, the variable that says which devices a worker sees and in which order. Only the backend's own is
+set: emulated ordinals in CUDA_VISIBLE_DEVICES would hide or reorder a machine's real GPUs from every CUDA
+library a worker loads (NVML, which Distributed's worker monitor asks for its CUDA_VISIBLE_DEVICES' first GPU,
+PyTorch, CuPy)."""
 
 
 def _physical(variable: str, devices: Sequence[int]) -> List[str]:
@@ -60,11 +63,13 @@ class LocalDeviceCluster(LocalCluster):
     """A ``distributed.LocalCluster`` with one worker process per device, each on its own device:
     dask-cuda's ``LocalCUDACluster`` for gpumem.
 
-    The worker of ``devices[i]`` runs with CUDA_VISIBLE_DEVICES and GPUMEM_HOST_VISIBLE_DEVICES listing
-    ``devices`` rotated to start at ``devices[i]`` (dask-cuda's "i,i+1,...,0,...,i-1"), so its device 0, the
-    current device of each of its threads and the device that ``GpumemPlugin`` sets up, is its own device: a
-    GPU on the cuda backend, an emulated device on the host backend. Each variable is translated through this
-    process's own value where it has one (this process may see a subset of the devices itself). Workers are
+    The worker of ``devices[i]`` runs with its backend's visibility variable (VISIBILITY: CUDA_VISIBLE_DEVICES
+    on the cuda backend, GPUMEM_HOST_VISIBLE_DEVICES on the host backend) listing ``devices`` rotated to start
+    at ``devices[i]`` (dask-cuda's "i,i+1,...,0,...,i-1"), so its device 0, the current device of each of its
+    threads and the device that ``GpumemPlugin`` sets up, is its own device: a GPU on the cuda backend, an
+    emulated device on the host backend. The variable is translated through this process's own value where it
+    has one (this process may see a subset of the devices itself); the other backend's variable is left as this
+    process has it. Workers are
     named by their device's ordinal in this process; ``gpumem.dask.worker_info()`` reports the device's name
     and PCI bus id, which tell the workers' devices apart.
 
@@ -105,7 +110,8 @@ class LocalDeviceCluster(LocalCluster):
                              f"not {worker_class!r}")
         if plugin is not None and not isinstance(plugin, WorkerPlugin):
             raise TypeError(f"LocalDeviceCluster: plugin must be a distributed WorkerPlugin, not {plugin!r}")
-        self._visibility = {variable: _physical(variable, self._devices) for variable in VISIBILITY}
+        variable = VISIBILITY[_gpumem.cuda.get_backend()]
+        self._visibility = {variable: _physical(variable, self._devices)}
         inherited = {name: os.environ[name] for name in INHERITED if name in os.environ}
         inherited["GPUMEM_BACKEND"] = _gpumem.cuda.get_backend()
         # LocalCluster's default (it sees no workers here): the host's memory shared by one worker per device
@@ -127,7 +133,8 @@ class LocalDeviceCluster(LocalCluster):
         return list(self._devices)
 
     def worker_environment(self, device: int) -> Dict[str, str]:
-        """The visibility variables of ``device``'s worker: ``{"CUDA_VISIBLE_DEVICES": "1,0", ...}``."""
+        """The visibility variable of ``device``'s worker: ``{"CUDA_VISIBLE_DEVICES": "1,0"}`` on the cuda
+        backend, ``{"GPUMEM_HOST_VISIBLE_DEVICES": "1,0"}`` on the host backend."""
         first = self._devices.index(device)
         return {variable: rotated(entries, first) for variable, entries in self._visibility.items()}
 

@@ -13,8 +13,8 @@ Register it once from the client; every worker present, and every worker that jo
 
 On each worker, ``setup`` builds the resource on the worker's device (the current device of the worker
 process: dask-cuda, and ``LocalDeviceCluster`` here, give each worker its own device as its device 0 through
-CUDA_VISIBLE_DEVICES and GPUMEM_HOST_VISIBLE_DEVICES; so device 0 unless ``device`` is given), wraps it in a
-``StatisticsResourceAdaptor`` (``statistics=True``) and a ``LoggingResourceAdaptor`` writing
+CUDA_VISIBLE_DEVICES, or GPUMEM_HOST_VISIBLE_DEVICES on the host backend; so device 0 unless ``device`` is
+given), wraps it in a ``StatisticsResourceAdaptor`` (``statistics=True``) and a ``LoggingResourceAdaptor`` writing
 ``<log_directory>/gpumem.<worker name>.csv`` (``log_directory``), and makes the result the device's current
 resource. Where CuPy, PyTorch or Numba are importable on the worker and gpumem runs on its cuda
 backend, it then makes gpumem their allocator (``frameworks``); ``worker_info()`` says which were set and

@@ -15,7 +15,7 @@ pytest.importorskip("dask.array")
 from gpumem.dask import GpumemPlugin, LocalDeviceCluster, rotated  # noqa: E402
 
 _CLUSTER = r"""
-import json, sys, time
+import json, os, sys, time
 import numpy as np
 import dask.array as da
 import distributed
@@ -31,7 +31,7 @@ def seen_by_a_task():
     # a task runs on an executor thread of its worker: its current device, the names of the worker's devices
     # and their size
     names = [gpumem.cuda.Device(d).name for d in range(gpumem.cuda.get_device_count())]
-    return gpumem.cuda.get_device_id(), names, gpumem.cuda.Device(0).total_memory
+    return gpumem.cuda.get_device_id(), names, gpumem.cuda.Device(0).total_memory, os.environ.get("CUDA_VISIBLE_DEVICES")
 
 devices = json.loads(sys.argv[1])
 with LocalDeviceCluster(devices=devices, plugin=GpumemPlugin("pool", initial_pool_size="16MiB"),
@@ -54,11 +54,11 @@ print(json.dumps(dict(total=total, expected=float((np.arange(n) * 2 + 1).sum()),
 
 
 def _run_cluster(devices=None, **variables):
-    """Runs _CLUSTER on the host backend with `variables` as the only GPUMEM_HOST_* settings and no
-    CUDA_VISIBLE_DEVICES; returns what it printed."""
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith("GPUMEM_HOST_") and name != "CUDA_VISIBLE_DEVICES"}
-    env.update(GPUMEM_BACKEND="host", **variables)
+    """Runs _CLUSTER on the host backend with `variables` as the only GPUMEM_HOST_* settings and
+    CUDA_VISIBLE_DEVICES=0 (a real GPU's ordinal, which no emulated device may change); returns what it
+    printed."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("GPUMEM_HOST_")}
+    env.update(GPUMEM_BACKEND="host", CUDA_VISIBLE_DEVICES="0", **variables)
     done = subprocess.run([sys.executable, "-c", _CLUSTER, json.dumps(devices)], env=env, capture_output=True,
                           text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -74,8 +74,9 @@ def _check(result, emulated, device_bytes=8 << 30):
     names = {d: f"gpumem host device {emulated[d]}" for d in order}
     for i, d in enumerate(order):
         rotation = [names[e] for e in order[i:] + order[:i]]
-        assert result["seen"][d] == [0, rotation, device_bytes], \
-            "a task's device 0 is its worker's own device, the others follow, as large as the cluster's process says"
+        assert result["seen"][d] == [0, rotation, device_bytes, "0"], \
+            "a task's device 0 is its worker's own device, the others follow, as large as the cluster's process " \
+            "says; CUDA_VISIBLE_DEVICES is the cluster process's own"
         info = result["infos"][d]
         assert (info["device"], info["device_name"], info["resource_type"]) == (0, names[d], "PoolMemoryResource")
         assert info["statistics"]["total_count"] >= 1, f"worker {d} allocated blocks through gpumem"
@@ -91,7 +92,7 @@ def test_one_worker_per_emulated_device_each_computing_on_its_own(count):
     _check(result, {str(d): d for d in range(count)})
     for d in range(count):
         ordinals = rotated([str(e) for e in range(count)], d)
-        assert result["env"][str(d)] == {"CUDA_VISIBLE_DEVICES": ordinals, "GPUMEM_HOST_VISIBLE_DEVICES": ordinals}
+        assert result["env"][str(d)] == {"GPUMEM_HOST_VISIBLE_DEVICES": ordinals}
 
 
 def test_chosen_devices_of_a_process_that_sees_a_reordered_subset():
@@ -100,8 +101,7 @@ def test_chosen_devices_of_a_process_that_sees_a_reordered_subset():
     result = _run_cluster([2, 0], GPUMEM_HOST_DEVICES="4", GPUMEM_HOST_VISIBLE_DEVICES="3,2,1,0",
                           GPUMEM_HOST_MEMORY="256MiB")
     _check(result, {"2": 1, "0": 3}, device_bytes=256 << 20)
-    assert result["env"] == {"2": {"CUDA_VISIBLE_DEVICES": "2,0", "GPUMEM_HOST_VISIBLE_DEVICES": "1,3"},
-                             "0": {"CUDA_VISIBLE_DEVICES": "0,2", "GPUMEM_HOST_VISIBLE_DEVICES": "3,1"}}
+    assert result["env"] == {"2": {"GPUMEM_HOST_VISIBLE_DEVICES": "1,3"}, "0": {"GPUMEM_HOST_VISIBLE_DEVICES": "3,1"}}
 
 
 def test_rotation_starts_at_the_worker_and_wraps_around():
@@ -164,4 +164,6 @@ def test_one_worker_per_gpu_each_with_its_own_resource_and_statistics():
         assert info["statistics"]["total_count"] >= 1 and info["statistics"]["current_bytes"] == 0, d
         assert result["seen"][d][0] == 0 and len(result["seen"][d][1]) == count
     for d in range(count):
-        assert result["env"][str(d)]["CUDA_VISIBLE_DEVICES"] == rotated([str(e) for e in range(count)], d)
+        ordinals = rotated([str(e) for e in range(count)], d)
+        assert result["env"][str(d)] == {"CUDA_VISIBLE_DEVICES": ordinals}
+        assert result["seen"][str(d)][3] == ordinals, "a task's process sees its GPU first"
