@@ -24,6 +24,8 @@
  *   Export whole allocations (their start).
  * Other memory (managed, pinned host, pools made without that handle type, the host backend's cudaMalloc and
  * pools) is refused with a gpumem::logic_error or cuda_error that names the resource.
+ * Processes of one host only: fabric handles (VMM memory across the hosts of an NVLink domain) are not
+ * offered, since drivers refuse to allocate with them without NVIDIA's IMEX service (docs/ipc.md).
  *
  * Lifetimes:
  * - An export lives as long as its exported_memory object: while it lives, any number of processes may
