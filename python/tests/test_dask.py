@@ -2,6 +2,8 @@
 gpumem runs (the host backend in CI), with a blockwise array computation made through gpumem."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -108,6 +110,13 @@ def test_every_worker_gets_the_resource_logs_and_counts_a_blockwise_computation(
                 assert lines[0].startswith("Thread,Time,Action,Pointer,Size,Stream")
                 rows += len(lines) - 1
             assert rows == 2 * total, "one allocate and one free row per block"
+            for info in infos.values():  # each worker's log is a page of `gpumem report`
+                page = tmp_path / (os.path.basename(info["log_file"]) + ".html")
+                done = subprocess.run([sys.executable, "-m", "gpumem", "report", info["log_file"], "--simulate",
+                                       "--resource", "pool,vmm", "-o", str(page)], capture_output=True, text=True,
+                                      timeout=120)
+                assert done.returncode == 0, done.stderr
+                assert page.read_text().lstrip().lower().startswith("<!doctype html")
         finally:
             client.unregister_worker_plugin("gpumem")
         assert all(info == {"resource": None} for info in gpumem.dask.gather_statistics(client).values()), \
