@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -42,6 +43,25 @@ TEST(small_pages, classes_cover_the_request_waste_less_than_a_step_and_are_align
   EXPECT_TRUE(pages.serves(128 * KiB));
   EXPECT_FALSE(pages.serves(128 * KiB + 1));
   EXPECT_FALSE(pages.serves(0));
+}
+
+TEST(small_pages, classes_are_the_documented_rounding_for_every_request_and_shape)
+{
+  for (std::size_t const alignment : {std::size_t{256}, std::size_t{512}}) {
+    for (unsigned const per_doubling : {1U, 2U, 4U, 8U, 16U}) {
+      small_pages const pages{{.small_limit = 128 * KiB, .classes_per_doubling = per_doubling, .alignment = alignment}};
+      for (std::size_t bytes = 1; bytes <= 128 * KiB; ++bytes) {
+        // The header's rule, by division: the alignment's multiple, then one of per_doubling equal steps of
+        // the request's power of two.
+        std::size_t const rounded = (bytes + alignment - 1) / alignment * alignment;
+        std::size_t const step = std::bit_floor(rounded) / per_doubling;
+        std::size_t const expected =
+            rounded <= alignment * per_doubling ? rounded : (rounded + step - 1) / step * step;
+        ASSERT_EQ(pages.class_of(bytes), expected) << bytes << " bytes, alignment " << alignment << ", "
+                                                   << per_doubling << " classes per doubling";
+      }
+    }
+  }
 }
 
 TEST(small_pages, bad_options_are_refused_naming_them)
