@@ -110,10 +110,11 @@ class LocalDeviceCluster(LocalCluster):
                              f"not {worker_class!r}")
         if plugin is not None and not isinstance(plugin, WorkerPlugin):
             raise TypeError(f"LocalDeviceCluster: plugin must be a distributed WorkerPlugin, not {plugin!r}")
-        variable = VISIBILITY[_gpumem.cuda.get_backend()]
+        backend = _gpumem.cuda.get_backend()
+        variable = VISIBILITY[backend]
         self._visibility = {variable: _physical(variable, self._devices)}
         inherited = {name: os.environ[name] for name in INHERITED if name in os.environ}
-        inherited["GPUMEM_BACKEND"] = _gpumem.cuda.get_backend()
+        inherited["GPUMEM_BACKEND"] = backend
         # LocalCluster's default (it sees no workers here): the host's memory shared by one worker per device
         kwargs.setdefault("memory_limit", 1.0 / len(self._devices))
         kwargs["processes"] = True

@@ -40,7 +40,7 @@ void set_bit(std::vector<std::uint64_t>& bits, std::size_t i, bool on) noexcept
 
 }  // namespace
 
-small_pages::small_pages(options const& o) : options_{o}, class_shift_{static_cast<unsigned>(std::countr_zero(o.classes_per_doubling))}
+small_pages::small_pages(options const& o) : options_{o}
 {
   spare_.reserve(spare_limit);
   empty_.reserve(empty_limit + 1);
@@ -60,10 +60,11 @@ std::size_t small_pages::class_of(std::size_t bytes) const noexcept
   // On every allocation and free: masks and shifts, no division (the alignment and classes_per_doubling are
   // powers of two, checked at construction).
   std::size_t const a = options_.alignment;
+  auto const shift = std::countr_zero(options_.classes_per_doubling);  // log2 of it
   std::size_t const rounded = (bytes + a - 1) & ~(a - 1);
   // Below alignment * classes_per_doubling every multiple of the alignment is a class of its own.
-  if (rounded <= a << class_shift_) { return rounded; }
-  std::size_t const step = std::bit_floor(rounded) >> class_shift_;  // a power of two and a multiple of a
+  if (rounded <= a << shift) { return rounded; }
+  std::size_t const step = std::bit_floor(rounded) >> shift;  // a power of two and a multiple of a
   return (rounded + step - 1) & ~(step - 1);
 }
 

@@ -169,7 +169,6 @@ class GPUMEM_EXPORT small_pages {
   void unlist(page& p) noexcept;
 
   options options_;
-  unsigned class_shift_;  ///< log2(classes_per_doubling): class_of divides by shifts and masks only
   std::map<std::uintptr_t, page> pages_;                           // by address
   std::map<std::size_t, std::uintptr_t> newest_with_room_;  // class -> the head of its pages with room (0: none)
   static constexpr std::size_t spare_limit = 16;
