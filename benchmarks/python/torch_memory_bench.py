@@ -23,7 +23,9 @@ program at its longest sequence; found by doubling, then bisection). Figures are
 Step times of one process vary by several per cent from process to process (kernel selection, clocks, where the
 host threads run), more than the allocators differ. So each allocator runs --rounds times, the allocators taking
 turns (A B C A B C ...), and a row gives the median of the runs' medians with the spread of the runs; the peaks
-are the largest of the runs'.
+are the largest of the runs'. Every run follows the same schedule of shapes, so runs pair up: a row's paired
+ratio is the median, over the rounds, of its run's total measured time over the total of the pytorch run of
+the same round (its neighbour in time), with the rounds' smallest and largest ratio.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ OOM_EXIT = 3
 WARMUP = {"train": 5, "generate": 1}  # steps / requests left out of the times (kernel selection, first growth)
 FIT_START = {"train": 4, "generate": 16}  # the first batch the largest-batch search tries
 RECORDED = ("median_ms", "mean_ms", "peak_bytes", "allocator_peak_bytes", "tensor_peak_bytes", "steps",
-            "median_ms_runs")
+            "median_ms_runs", "step_ms_runs", "paired_ratio", "paired_ratio_runs")
 
 
 def run_program(program: str, label: str, extra: List[str], timeout: float = 300) -> Optional[dict]:
@@ -71,20 +73,37 @@ def run_program(program: str, label: str, extra: List[str], timeout: float = 300
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def median(values: List[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def combine_runs(runs: List[dict]) -> dict:
     """One row of several runs of one (program, allocator): the median of their medians, their spread, and the
     largest of their peaks."""
-    medians = sorted(run["median_ms"] for run in runs)
-    middle = len(medians) // 2
-    median = medians[middle] if len(medians) % 2 else (medians[middle - 1] + medians[middle]) / 2
-
     def largest(key):
         values = [run[key] for run in runs if run.get(key) is not None]
         return max(values) if values else None
 
-    return {**runs[-1], "median_ms": median, "mean_ms": sum(run["mean_ms"] for run in runs) / len(runs),
-            "median_ms_runs": [run["median_ms"] for run in runs], "peak_bytes": largest("peak_bytes"),
+    return {**runs[-1], "median_ms": median([run["median_ms"] for run in runs]),
+            "mean_ms": sum(run["mean_ms"] for run in runs) / len(runs),
+            "median_ms_runs": [run["median_ms"] for run in runs],
+            "step_ms_runs": [run.get("step_ms") for run in runs], "peak_bytes": largest("peak_bytes"),
             "allocator_peak_bytes": largest("allocator_peak_bytes"), "tensor_peak_bytes": largest("tensor_peak_bytes")}
+
+
+def paired_ratios(runs: List[dict], base_runs: List[dict]) -> List[float]:
+    """Per round, the run's total measured step time over the base run's of the same round: both ran the same
+    schedule, one after the other, so a drift of the machine between rounds cancels. Rounds without step times
+    on both sides are left out."""
+    ratios = []
+    for run, base in zip(runs, base_runs):
+        steps, base_steps = run.get("step_ms"), base.get("step_ms")
+        if not steps or not base_steps or len(steps) != len(base_steps):
+            continue
+        ratios.append(sum(steps) / sum(base_steps))
+    return ratios
 
 
 def largest_fitting(fits: Callable[[int], bool], start: int = 4, limit: int = 512) -> int:
@@ -137,9 +156,9 @@ def markdown(results: Dict[str, Dict[str, dict]], fits: Dict[str, Dict[str, int]
         unit = "ms per step" if program == "train" else "ms per token"
         budget = budgets.get(program, 0)
         lines += [f"**{program}**", "",
-                  f"| allocator | median {unit} | runs | vs pytorch | peak device memory | vs pytorch | "
-                  f"peak of live tensors | largest batch in {budget / GiB:g} GiB |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  f"| allocator | median {unit} | runs | vs pytorch | paired vs pytorch (rounds' range) | "
+                  f"peak device memory | vs pytorch | peak of live tensors | largest batch in {budget / GiB:g} GiB |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         base = rows.get("pytorch")
         for label, row in rows.items():
             time_ratio = f"{row['median_ms'] / base['median_ms']:.3f}" if base else "-"
@@ -148,7 +167,10 @@ def markdown(results: Dict[str, Dict[str, dict]], fits: Dict[str, Dict[str, int]
             spread = f"{min(runs):.2f}-{max(runs):.2f}" if len(runs) > 1 else "1"
             tensors = row.get("tensor_peak_bytes")
             fit = fits.get(program, {}).get(label)
-            lines.append(f"| {label} | {row['median_ms']:.2f} | {spread} | {time_ratio} | "
+            paired = row.get("paired_ratio_runs") or []
+            paired_text = (f"{median(paired):.3f} ({min(paired):.3f}-{max(paired):.3f}, {len(paired)} rounds)"
+                           if paired else "-")
+            lines.append(f"| {label} | {row['median_ms']:.2f} | {spread} | {time_ratio} | {paired_text} | "
                          f"{row['peak_bytes'] / GiB:.2f} GiB | {peak_ratio} | "
                          f"{'-' if tensors is None else f'{tensors / GiB:.2f} GiB'} | {'-' if fit is None else fit} |")
         lines.append("")
@@ -218,6 +240,10 @@ def main(argv=None) -> int:
                     raise SystemExit(f"torch_memory_bench: {program} ran out of memory with {label} without a budget")
                 runs[label].append(run)
                 results[program][label] = combine_runs(runs[label])
+                if "pytorch" in runs:
+                    ratios = paired_ratios(runs[label], runs["pytorch"])
+                    results[program][label]["paired_ratio_runs"] = ratios
+                    results[program][label]["paired_ratio"] = median(ratios) if ratios else None
                 write(args, results, fits, budgets, steps)  # after every run: a run cut short keeps what it measured
                 print(f"{program:9s} {label:14s} round {round_ + 1}: {run['median_ms']:8.2f} ms  "
                       f"peak {run['peak_bytes'] / GiB:6.2f} GiB  (allocator's own: {run['allocator_peak_bytes']}, "

@@ -14,7 +14,9 @@ ALLOCATOR
     gpumem      gpumem.torch.install() with no configuration: gpumem's default for PyTorch
     gpumem:CONF gpumem.torch.install(CONF), CONF in GPUMEM_TORCH_ALLOC_CONF's grammar (e.g. "resource:async")
 
-Prints one JSON object on stdout: the median and mean step time (ms, after the warm-up steps), the peak device
+Prints one JSON object on stdout: the median and mean step time and every step's time (ms, after the warm-up
+steps, in the schedule's order: the same for every allocator at one seed), for gpumem's VMM pool its slabs
+created, moved and released after each measured step (growth's driver calls), the peak device
 memory the process used (bytes; sampled from the driver's cuMemGetInfo every 2 ms by a thread, minus the
 memory in use before the first tensor), the allocator's own peak where it reports one, and the steps run.
 `--warm-every-shape` first runs one short step of each shape of the schedule, left out of the times, so that no
@@ -149,6 +151,19 @@ def allocator_peak(name: str, counter: str):
         return None
 
 
+def pool_counters(name: str):
+    """gpumem's VMM pool's slabs created, moved and released so far (the driver calls of growth), or None for
+    another allocator."""
+    if not name.startswith("gpumem"):
+        return None
+    import gpumem.torch
+
+    stats = gpumem.torch.memory_stats()
+    if stats.get("gpumem.resource") != "vmm":
+        return None
+    return [stats["num_device_alloc"], stats["gpumem.slabs_moved"], stats["num_device_free"]]
+
+
 # ---- the model ------------------------------------------------------------------------------------------------
 
 
@@ -179,7 +194,7 @@ def train_schedule(steps: int, seed: int, batch: int | None):
     return [(rng.choice([4, 6, 8, 12, 16]), rng.choice([256, 384, 512, 768, 1024])) for _ in range(steps)]
 
 
-def run_train(schedule, seed: int):
+def run_train(schedule, seed: int, after_step=lambda: None):
     torch.manual_seed(seed)
     model = gpt(torch, VOCAB, d=1024, layers=12, heads=16, max_seq=1024).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -196,6 +211,7 @@ def run_train(schedule, seed: int):
         optimizer.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+        after_step()
         if not math.isfinite(loss.item()):
             raise SystemExit("torch_programs: the loss is not finite")
     return times
@@ -211,7 +227,7 @@ def generate_schedule(requests: int, seed: int, batch: int | None):
 
 
 @torch.inference_mode()
-def run_generate(schedule, seed: int):
+def run_generate(schedule, seed: int, after_step=lambda: None):
     torch.manual_seed(seed)
     model = gpt(torch, VOCAB, d=1024, layers=16, heads=16, max_seq=1024).cuda().to(torch.bfloat16)
     times = []
@@ -226,6 +242,7 @@ def run_generate(schedule, seed: int):
             logits = model(next_token, caches, position)
         torch.cuda.synchronize()
         times.append((time.perf_counter() - start) / new)  # per generated token
+        after_step()
         del caches, logits
     return times
 
@@ -269,7 +286,9 @@ def main(argv=None) -> int:
             run, make_schedule = PROGRAMS[args.program]
             schedule = make_schedule(args.steps, args.seed, args.batch)
             warm = warm_every_shape(schedule) if args.warm_every_shape else []
-            times = run(warm + schedule, args.seed)[len(warm):]
+            counters = []
+            times = run(warm + schedule, args.seed, lambda: counters.append(pool_counters(args.allocator)))
+            times, counters = times[len(warm):], counters[len(warm):]
     except torch.OutOfMemoryError as error:
         print(json.dumps({"oom": True, "message": str(error).splitlines()[0][:300]}))
         return OOM_EXIT
@@ -282,6 +301,8 @@ def main(argv=None) -> int:
         "steps": len(times),
         "median_ms": statistics.median(measured) * 1e3,
         "mean_ms": statistics.fmean(measured) * 1e3,
+        "step_ms": [round(t * 1e3, 4) for t in measured],
+        "pool_counters": counters[args.warmup:] if counters and counters[0] is not None else None,
         "peak_bytes": sampler.peak - baseline,
         "allocator_peak_bytes": allocator_peak(args.allocator, "reserved"),
         "tensor_peak_bytes": allocator_peak(args.allocator, "allocated"),

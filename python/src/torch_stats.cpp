@@ -149,6 +149,7 @@ py::dict stats_dict(int device)
     d["mapping_count"] = vmm->mapping_count();
     d["slabs_created"] = vmm->slabs_created();
     d["slabs_released"] = vmm->slabs_released();
+    d["slabs_moved"] = vmm->slabs_moved();
     d["free_bytes"] = vmm->free_bytes();
     d["largest_free_block"] = vmm->largest_free_block();
     d["maximum_physical_size"] = vmm->maximum_physical_size();

@@ -47,8 +47,8 @@ def test_the_table_gives_ratios_to_pytorchs_default(bench):
     results = {"train": {"pytorch": {"median_ms": 50.0, "peak_bytes": 20 * GiB},
                          "gpumem": {"median_ms": 51.0, "peak_bytes": 17 * GiB}}}
     table = bench.markdown(results, {"train": {"pytorch": 8, "gpumem": 11}}, {"train": 16 * GiB})
-    assert "| gpumem | 51.00 | 1 | 1.020 | 17.00 GiB | 0.850 | - | 11 |" in table
-    assert "| pytorch | 50.00 | 1 | 1.000 | 20.00 GiB | 1.000 | - | 8 |" in table
+    assert "| gpumem | 51.00 | 1 | 1.020 | - | 17.00 GiB | 0.850 | - | 11 |" in table
+    assert "| pytorch | 50.00 | 1 | 1.000 | - | 20.00 GiB | 1.000 | - | 8 |" in table
     assert "largest batch in 16 GiB" in table
 
 
@@ -60,7 +60,7 @@ def test_the_table_gives_the_spread_of_the_runs_and_the_peak_of_live_tensors(ben
     assert row["peak_bytes"] == 11 * GiB and row["tensor_peak_bytes"] == 9 * GiB
     assert row["allocator_peak_bytes"] is None
     table = bench.markdown({"train": {"gpumem": row}}, {}, {"train": 16 * GiB})
-    assert "| gpumem | 52.00 | 50.00-57.00 | - | 11.00 GiB | - | 9.00 GiB | - |" in table
+    assert "| gpumem | 52.00 | 50.00-57.00 | - | - | 11.00 GiB | - | 9.00 GiB | - |" in table
 
 
 def test_an_even_number_of_runs_gives_the_mean_of_the_middle_two(bench):
@@ -113,3 +113,14 @@ def test_warming_every_shape_runs_each_shape_of_the_schedule_once_in_order(progr
     warm = programs.warm_every_shape(requests)
     assert {w[:2] for w in warm} == {r[:2] for r in requests} and all(w[2] == 2 for w in warm)
     assert programs.warm_every_shape(programs.train_schedule(3, 7, 16)) == [(16, 1024)]
+
+
+def test_paired_ratios_divide_each_round_by_the_pytorch_run_of_the_same_round(bench):
+    base = [{"step_ms": [10.0, 10.0]}, {"step_ms": [20.0, 20.0]}, {"step_ms": [10.0, 10.0]}]
+    runs = [{"step_ms": [10.5, 10.5]}, {"step_ms": [19.0, 21.0]}, {"step_ms": [9.0, 9.0]}]
+    assert bench.paired_ratios(runs, base) == pytest.approx([1.05, 1.0, 0.9])
+    # a round without step times on both sides (or of another length) is left out
+    assert bench.paired_ratios([{"step_ms": [1.0]}, {}], [{"step_ms": [1.0, 2.0]}, {"step_ms": [1.0]}]) == []
+    row = {"median_ms": 20.0, "peak_bytes": GiB, "paired_ratio_runs": [1.05, 1.0, 0.9]}
+    table = bench.markdown({"train": {"gpumem": row}}, {}, {})
+    assert "| 1.000 (0.900-1.050, 3 rounds) |" in table

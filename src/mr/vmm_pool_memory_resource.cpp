@@ -13,6 +13,7 @@
 #include <bit>
 #include <chrono>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -167,13 +168,15 @@ std::optional<unsigned> vmm_pool_memory_resource::slot_of(cudaStream_t stream)
     detail::backend& be = detail::get_backend();
     std::uint64_t done = 0;
     for (unsigned i = 0; i < slots_.size(); ++i) {
-      if (slots_[i].recorded_since_free && be.event_query(slots_[i].event)) { done |= std::uint64_t{1} << i; }
+      bool const recorded = progress_[i].recorded_through.load(std::memory_order_acquire) >= slots_[i].frees;
+      if (recorded && be.event_query(slots_[i].event)) { done |= std::uint64_t{1} << i; }
     }
     heap_->forget_streams(done);
     if (pages_) { pages_->forget_streams(done); }
     std::uint64_t const carried = heap_->streams_in_use() | (pages_ ? pages_->streams_in_use() : 0);
     for (unsigned i = 0; i < slots_.size(); ++i) {
-      if ((carried & (std::uint64_t{1} << i)) == 0) {
+      // A slot with holders keeps its stream and event: a taker still records or waits on them.
+      if ((carried & (std::uint64_t{1} << i)) == 0 && progress_[i].holders.load(std::memory_order_acquire) == 0) {
         slots_[i].in_use = false;
         if (free_slot == max_slots) { free_slot = i; }
       }
@@ -188,29 +191,95 @@ std::optional<unsigned> vmm_pool_memory_resource::slot_of(cudaStream_t stream)
   if (slot.event == nullptr) { slot.event = detail::get_backend().event_create(cudaEventDisableTiming); }
   slot.stream = stream;
   slot.thread = thread;
-  slot.recorded_since_free = true;
+  slot.frees = 0;  // no holder (the reuse rule above): nothing reads the old counts any more
+  progress_[free_slot].recorded_through.store(0, std::memory_order_release);
   slot.record_at_free = thread != 0 || !detail::stream_outlives_calls(cuda_stream_view{stream});
   slot.in_use = true;
   return free_slot;
 }
 
-cudaEvent_t vmm_pool_memory_resource::event_after_frees(stream_slot& slot)
+namespace {
+
+/// Raises `recorded` to `through` (records made outside the lock may finish in any order).
+void note_recorded(std::atomic<std::uint64_t>& recorded, std::uint64_t through) noexcept
 {
-  if (!slot.recorded_since_free) {  // record now: after every free made on that stream so far
-    detail::get_backend().event_record(slot.event, slot.stream);
-    slot.recorded_since_free = true;
+  std::uint64_t seen = recorded.load(std::memory_order_relaxed);
+  while (seen < through && !recorded.compare_exchange_weak(seen, through, std::memory_order_release,
+                                                            std::memory_order_relaxed)) {}
+}
+
+}  // namespace
+
+cudaEvent_t vmm_pool_memory_resource::event_after_frees(unsigned i)
+{
+  stream_slot const& slot = slots_[i];
+  if (progress_[i].recorded_through.load(std::memory_order_acquire) < slot.frees) {
+    detail::get_backend().event_record(slot.event, slot.stream);  // after every free made on it so far
+    note_recorded(progress_[i].recorded_through, slot.frees);
   }
   return slot.event;
 }
 
-void vmm_pool_memory_resource::order_after(std::uint64_t mask, std::optional<unsigned> own, cudaStream_t stream)
+void vmm_pool_memory_resource::plan_waits(std::uint64_t mask, cudaStream_t stream, stream_waits& waits)
 {
-  if (own) { mask &= ~(std::uint64_t{1} << *own); }
-  detail::backend& be = detail::get_backend();
+  waits.streams = mask;
+  waits.count = 0;
+  // A block of our own stream needs no wait; a stream beyond the slots never has one.
+  if (auto const own = find_slot(stream)) { mask &= ~(std::uint64_t{1} << *own); }
   while (mask != 0) {
     auto const i = static_cast<unsigned>(std::countr_zero(mask));
     mask &= mask - 1;
-    be.stream_wait_event(stream, event_after_frees(slots_[i]));
+    stream_slot const& slot = slots_[i];
+    stream_progress& progress = progress_[i];
+    // Frees counted after this read are of other blocks: a record made later follows ours as well.
+    bool const record = progress.recorded_through.load(std::memory_order_acquire) < slot.frees;
+    progress.holders.fetch_add(1, std::memory_order_relaxed);
+    if (record) { progress.recorders.fetch_add(1, std::memory_order_relaxed); }
+    waits.waits[waits.count++] = {slot.event, slot.stream, slot.frees, i, record};
+  }
+}
+
+void vmm_pool_memory_resource::wait_for_frees(stream_waits const& waits, void* block, std::size_t heap_bytes,
+                                              cudaStream_t stream)
+{
+  detail::backend& be = detail::get_backend();
+  unsigned done = 0;
+  try {
+    for (; done < waits.count; ++done) {
+      stream_waits::wait const& w = waits.waits[done];
+      stream_progress& progress = progress_[w.slot];
+      if (w.record) {
+        struct leave_recorders {
+          std::atomic<unsigned>& recorders;
+          ~leave_recorders() { recorders.fetch_sub(1, std::memory_order_release); }
+        } const leaving{progress.recorders};
+        be.event_record(w.event, w.stream);
+        note_recorded(progress.recorded_through, w.through);
+      }
+      be.stream_wait_event(stream, w.event);  // the event's latest record: ours or a later one
+      progress.holders.fetch_sub(1, std::memory_order_release);
+    }
+  } catch (...) {
+    // The recorders go first: a stream's destruction waits for them while it holds the mutex.
+    for (unsigned i = done + 1; i < waits.count; ++i) {
+      if (waits.waits[i].record) { progress_[waits.waits[i].slot].recorders.fetch_sub(1, std::memory_order_release); }
+    }
+    {
+      detail::lock_guard lock{mutex_};
+      auto const address = reinterpret_cast<std::uintptr_t>(block);
+      if (heap_bytes == 0) {
+        free_into_page(address, waits.streams);
+      } else {
+        retire_empty_pages();
+        heap_->give_back(address, heap_bytes, waits.streams);
+        bytes_in_use_ -= heap_bytes;
+      }
+      // Holders last: until the block is back with its streams, their slots keep their meaning.
+      for (unsigned i = done; i < waits.count; ++i) {
+        progress_[waits.waits[i].slot].holders.fetch_sub(1, std::memory_order_release);
+      }
+    }
+    throw;
   }
 }
 
@@ -220,7 +289,7 @@ void vmm_pool_memory_resource::wait_on_host(std::uint64_t mask)
   while (mask != 0) {
     auto const i = static_cast<unsigned>(std::countr_zero(mask));
     mask &= mask - 1;
-    be.event_synchronize(event_after_frees(slots_[i]));
+    be.event_synchronize(event_after_frees(i));
   }
 }
 
@@ -228,7 +297,8 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
 {
   checked_call const check{*this, invariant_sampler_, checked_name, "allocate"};
   auto const rounded = detail::checked_align_up(bytes, detail::allocation_alignment);
-  if (std::size_t const size = rounded ? small_class(*rounded) : 0; size != 0 && size <= thread_cache_limit_) {
+  std::size_t const size = rounded ? small_class(*rounded) : 0;  // the block size of a small request, else 0
+  if (size != 0 && size <= thread_cache_limit_) {
     if (detail::thread_cache* const mine = caches_.local()) {  // the thread's cache: no mutex, no event
       detail::lock_guard cache_lock{mine->lock};
       if (!mine->detached) {
@@ -236,30 +306,44 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
       }
     }
   }
+  stream_waits waits;
+  void* block = nullptr;
   if (rounded) {
     detail::lock_guard lock{mutex_};
-    if (void* p = try_take(*rounded, stream, false)) { return p; }
+    block = try_take(*rounded, size, stream, false, waits);
   }
-  drain_thread_caches();  // before growing or failing: cached blocks first
-  detail::lock_guard lock{mutex_};  // before fail(), which describes the heap
-  if (!rounded) { fail(bytes, "the size overflows when rounded up to 256 bytes"); }
-  if (void* p = try_take(*rounded, stream, true)) { return p; }
-  std::size_t const size = small_class(*rounded);
-  grow(bytes, size != 0 ? pages_->page_bytes_for(size) : *rounded);
-  if (void* p = try_take(*rounded, stream, true)) { return p; }
-  fail(bytes, "internal error: no block after growing");
+  if (block == nullptr) {
+    drain_thread_caches();  // before growing or failing: cached blocks first
+    detail::lock_guard lock{mutex_};  // before fail(), which describes the heap
+    if (!rounded) { fail(bytes, "the size overflows when rounded up to 256 bytes"); }
+    block = try_take(*rounded, size, stream, true, waits);
+    if (block == nullptr) {
+      grow(bytes, size != 0 ? pages_->page_bytes_for(size) : *rounded);
+      block = try_take(*rounded, size, stream, true, waits);
+      if (block == nullptr) { fail(bytes, "internal error: no block after growing"); }
+    }
+  }
+  if (waits.count != 0) { wait_for_frees(waits, block, size != 0 ? 0 : *rounded, stream.value()); }
+  return block;
 }
 
-void* vmm_pool_memory_resource::try_take(std::size_t rounded, cuda_stream_view stream, bool may_add_page)
+void* vmm_pool_memory_resource::try_take(std::size_t rounded, std::size_t size, cuda_stream_view stream,
+                                         bool may_add_page, stream_waits& waits)
 {
-  if (small_class(rounded) == 0) {
+  if (size == 0) {
     retire_empty_pages();
     auto const taken = heap_->take(rounded);
-    return taken ? hand_out(*taken, rounded, stream) : nullptr;
+    if (!taken) { return nullptr; }
+    if (taken->streams != 0) { plan_waits(taken->streams, stream.value(), waits); }
+    bytes_in_use_ += rounded;
+    return reinterpret_cast<void*>(taken->address);
   }
-  if (auto const block = pages_->take(rounded)) { return hand_out_small(*block, stream); }
+  if (auto const block = pages_->take(rounded)) {
+    if (block->streams != 0) { plan_waits(block->streams, stream.value(), waits); }
+    return reinterpret_cast<void*>(block->address);
+  }
   if (!may_add_page) { return nullptr; }
-  std::size_t const page = pages_->page_bytes_for(pages_->class_of(rounded));
+  std::size_t const page = pages_->page_bytes_for(size);
   retire_empty_pages();
   auto const taken = heap_->take(page);
   if (!taken) { return nullptr; }
@@ -271,20 +355,8 @@ void* vmm_pool_memory_resource::try_take(std::size_t rounded, cuda_stream_view s
     throw;
   }
   bytes_in_use_ += page;  // the heap's view: the whole page is in use
-  return hand_out_small(block, stream);
-}
-
-void* vmm_pool_memory_resource::hand_out_small(detail::small_pages::block const& taken, cuda_stream_view stream)
-{
-  if (taken.streams != 0) {
-    try {
-      order_after(taken.streams, find_slot(stream.value()), stream.value());
-    } catch (...) {
-      free_into_page(taken.address, taken.streams);
-      throw;
-    }
-  }
-  return reinterpret_cast<void*>(taken.address);
+  if (block.streams != 0) { plan_waits(block.streams, stream.value(), waits); }
+  return reinterpret_cast<void*>(block.address);
 }
 
 void vmm_pool_memory_resource::free_into_page(std::uintptr_t address, std::uint64_t mask)
@@ -310,22 +382,6 @@ std::size_t vmm_pool_memory_resource::small_class(std::size_t rounded) const noe
   return rounded != 0 && rounded <= small_block_limit_ ? pages_->class_of(rounded) : 0;
 }
 
-void* vmm_pool_memory_resource::hand_out(detail::virtual_heap::block const& taken, std::size_t rounded,
-                                         cuda_stream_view stream)
-{
-  if (taken.streams != 0) {
-    try {
-      // A block of our own stream needs no wait; a stream beyond the slots never has one.
-      order_after(taken.streams, find_slot(stream.value()), stream.value());
-    } catch (...) {
-      heap_->give_back(taken.address, rounded, taken.streams);
-      throw;
-    }
-  }
-  bytes_in_use_ += rounded;
-  return reinterpret_cast<void*>(taken.address);
-}
-
 void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept
 {
   checked_call const check{*this, invariant_sampler_, checked_name, "deallocate"};
@@ -346,7 +402,7 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
   }
   detail::lock_guard lock{mutex_};
   try {
-    free_into_heap(address, rounded, stream.value());
+    free_into_heap(address, rounded, size != 0, stream.value());
   } catch (logic_error const& e) {  // a double free or a foreign pointer (virtual_heap::give_back); unchanged
     detail::report_deallocation_misuse(std::string{"vmm_pool_memory_resource::deallocate("} + format_pointer(ptr) +
                                        ", " + std::to_string(bytes) + " bytes): " + e.what());
@@ -356,23 +412,20 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
   }
 }
 
-void vmm_pool_memory_resource::free_into_heap(std::uintptr_t address, std::size_t rounded, cudaStream_t stream)
+void vmm_pool_memory_resource::free_into_heap(std::uintptr_t address, std::size_t rounded, bool small,
+                                              cudaStream_t stream)
 {
   std::optional<unsigned> const slot = slot_of(stream);
   std::uint64_t mask = 0;
   if (slot) {
     stream_slot& s = slots_[*slot];
     mask = std::uint64_t{1} << *slot;
-    if (s.record_at_free) {
-      detail::get_backend().event_record(s.event, s.stream);
-      s.recorded_since_free = true;
-    } else {
-      s.recorded_since_free = false;
-    }
+    ++s.frees;
+    if (s.record_at_free) { (void)event_after_frees(*slot); }
   } else {
     detail::get_backend().stream_synchronize(stream);  // beyond the slots: safe for every stream now
   }
-  if (small_class(rounded) != 0) {
+  if (small) {
     free_into_page(address, mask);
   } else {
     retire_empty_pages();
@@ -415,7 +468,7 @@ void vmm_pool_memory_resource::spill(detail::block_cache::spill_batch const& bat
   detail::lock_guard lock{mutex_};
   for (std::uintptr_t const address : batch.addresses) {
     try {
-      free_into_heap(address, batch.block_size, stream);
+      free_into_heap(address, batch.block_size, true, stream);
     } catch (logic_error const& e) {  // a block freed twice, once into a cache and once into the heap
       detail::report_deallocation_misuse(std::string{"vmm_pool_memory_resource::deallocate("} +
                                          format_pointer(reinterpret_cast<void*>(address)) + ", " +  // NOLINT(performance-no-int-to-ptr)
@@ -463,15 +516,19 @@ std::size_t vmm_pool_memory_resource::bytes_in_thread_caches() const noexcept { 
 void vmm_pool_memory_resource::stream_destroying(cudaStream_t stream) noexcept
 {
   detail::lock_guard lock{mutex_};
-  for (auto& slot : slots_) {
+  for (unsigned i = 0; i < slots_.size(); ++i) {
+    stream_slot& slot = slots_[i];
     if (!slot.in_use || slot.stream != stream || slot.thread != 0) { continue; }
     try {
-      (void)event_after_frees(slot);
+      (void)event_after_frees(i);
       slot.stream = nullptr;  // the blocks keep the slot's bit; its event stays valid for waiters
       slot.thread = retired;  // matches no stream any more; reused once no free range carries its bit
     } catch (std::exception const& e) {
       detail::log(log_level::error, std::string{"vmm_pool_memory_resource: recording before a stream's destruction failed: "} + e.what());
     }
+    // A taker that planned a record on this stream makes it after releasing the mutex: the stream lives until
+    // this call returns. Recorders take no lock, so they finish while we wait.
+    while (progress_[i].recorders.load(std::memory_order_acquire) != 0) { std::this_thread::yield(); }
   }
 }
 

@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -1190,6 +1191,66 @@ TEST(vmm_pool_memory_resource, four_threads_allocate_and_free_concurrently)
   EXPECT_EQ(pool.bytes_in_use(), 0U);
   (void)pool.release_unused();
   EXPECT_EQ(pool.physical_bytes(), 0U);
+}
+
+/// Holds `stream` back for `ms` milliseconds: the work queued after it runs that much later.
+void delay_stream(cudaStream_t stream, int ms)
+{
+  detail::get_backend().launch_host_func(
+    stream, [](void* m) { std::this_thread::sleep_for(std::chrono::milliseconds{reinterpret_cast<std::intptr_t>(m)}); },
+    reinterpret_cast<void*>(static_cast<std::intptr_t>(ms)));  // NOLINT(performance-no-int-to-ptr)
+}
+
+// The waits that order a block for another stream run after the mutex is released. Pairs of threads pass a
+// block back and forth, each on a stream of its own. A thread frees the block with a write still queued 2 ms
+// later on its stream; the other takes it on its stream and checks its own pattern 4 ms after writing it, so a
+// missing or early wait lets the first thread's write land in between. Every few blocks a thread replaces its
+// stream just after passing the block on, so the stream dies while the other thread records its event: a
+// record on a destroyed stream aborts on the host backend. Two pairs pass a small block (a page's), two a
+// block of the heap.
+TEST(vmm_pool_memory_resource, a_block_passed_between_threads_on_short_lived_streams_follows_the_pending_work)
+{
+  constexpr int pair_count = 4;
+  constexpr int passes = 48;          // blocks each thread allocates
+  constexpr int blocks_per_stream = 6;
+  constexpr std::array<std::size_t, pair_count> sizes{4096, 8192, 256 * 1024, 512 * 1024};
+  vmm_pool_memory_resource pool{slabs_of(granule, 1 * GiB)};
+  std::atomic<int> failures{0};
+  std::atomic<int> same_block{0};
+  std::array<std::atomic<int>, pair_count> turn{};
+  std::array<std::atomic<std::uintptr_t>, pair_count> freed{};
+  std::vector<std::thread> threads;
+  for (int pair = 0; pair < pair_count; ++pair) {
+    for (int role = 0; role < 2; ++role) {
+      threads.emplace_back([&, pair, role] {
+        std::size_t const bytes = sizes[static_cast<std::size_t>(pair)];
+        std::optional<cuda_stream> stream{std::in_place, cuda_stream::flags::non_blocking};
+        for (int i = 0; i < passes; ++i) {
+          while (turn[pair].load(std::memory_order_acquire) != role) { std::this_thread::yield(); }
+          void* p = pool.allocate(bytes, stream->view());
+          if (reinterpret_cast<std::uintptr_t>(p) == freed[pair].load()) { same_block.fetch_add(1); }
+          auto const seed = static_cast<std::uint32_t>((pair * 2 + role) * passes + i + 1);
+          write_pattern(p, bytes, seed, stream->value());
+          delay_stream(stream->value(), 4);
+          if (!has_pattern(p, bytes, seed, stream->value())) { failures.fetch_add(1); }
+          delay_stream(stream->value(), 2);
+          detail::get_backend().memset_async(p, 0xA5, bytes, stream->value());  // still queued at the free
+          pool.deallocate(p, bytes, stream->view());
+          freed[pair].store(reinterpret_cast<std::uintptr_t>(p));
+          turn[pair].store(1 - role, std::memory_order_release);
+          // The old stream dies while the other thread takes the block and records the old stream's event.
+          if ((i + 1) % blocks_per_stream == 0) { stream.emplace(cuda_stream::flags::non_blocking); }
+        }
+      });
+    }
+  }
+  for (auto& thread : threads) { thread.join(); }
+  EXPECT_EQ(failures.load(), 0) << "a block's pattern was overwritten: a stream used it before the work of "
+                                   "the stream that freed it";
+  EXPECT_GT(same_block.load(), pair_count * passes) << "the threads of a pair rarely got each other's block: "
+                                                       "the test did not test the waits";
+  pool.check_invariants();
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
 }
 
 // ---- as an upstream -----------------------------------------------------------------------------------------------

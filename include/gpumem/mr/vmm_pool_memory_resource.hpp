@@ -59,12 +59,15 @@
  * docs/PERFORMANCE.md.
  *
  * Thread-safety: all members may be called concurrently (one mutex, held also while growing; a lock per
- * thread cache, taken before the mutex, never while it is held).
+ * thread cache, taken before the mutex, never while it is held). The driver calls that order a block for a
+ * stream other than the one that freed it (an event record and a cudaStreamWaitEvent) run after the mutex is
+ * released, so threads on different streams make them in parallel.
  * Stream-ordering: as device_memory_resource.hpp says. Memory freed on stream A is reused on A at once;
  * another stream B that takes it first waits (cudaStreamWaitEvent, no host synchronisation) on an event
  * recorded on A after the free. For the legacy default stream and announced streams (gpumem::cuda_stream:
- * before_stream_destroy.hpp) that event is recorded when B needs it, once per batch of frees; an
- * announced stream's event is recorded before it is destroyed, and the handle is then forgotten. Every
+ * before_stream_destroy.hpp) that event is recorded when B needs it, once per batch of frees, by B's call
+ * after it released the mutex; an announced stream's event is recorded before it is destroyed, its
+ * destruction waits for those records in flight, and the handle is then forgotten. Every
  * other stream (the per-thread default stream, CuPy's, PyTorch's, cudaStreamCreate's) has its event
  * recorded at every free, during the call, so the pool never uses such a stream after the call that
  * passed it. Up to 63 streams are tracked at once; when all are taken, the slots whose frees have
@@ -101,6 +104,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -241,11 +246,34 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
     cudaStream_t stream{};
     std::uint64_t thread{};        // this_thread_token() for the per-thread default stream, else 0
     cudaEvent_t event{};
-    bool recorded_since_free{true};
+    std::uint64_t frees{};         // frees made on the stream so far (stream_progress::recorded_through)
     // The event is recorded at every free, during the call: for a stream gpumem may not use later
     // (before_stream_destroy.hpp), and for the per-thread default stream (only its thread can name it).
     bool record_at_free{false};
     bool in_use{false};
+  };
+  /// What takers of a slot's blocks do after the mutex is released, counted so that the slot keeps its stream
+  /// and event meanwhile: a slot is reused only with no holder, and a stream's destruction waits for its
+  /// recorders.
+  struct stream_progress {
+    std::atomic<std::uint64_t> recorded_through{0};  // the slot's frees that its event's latest record follows
+    std::atomic<unsigned> holders{0};    // takers still to wait on the event (or to give their block back)
+    std::atomic<unsigned> recorders{0};  // takers still to record the event on the slot's stream
+  };
+  /// The stream waits of a block taken under the mutex, made after it is released (their driver calls run
+  /// outside the lock): per slot of the block's streams but the taker's own, the slot's event is recorded on
+  /// its stream first when frees were made there since its latest record, then the taker's stream waits on it.
+  struct stream_waits {
+    struct wait {
+      cudaEvent_t event;
+      cudaStream_t stream;   // the slot's stream, for the record
+      std::uint64_t through; // the slot's frees the record follows
+      unsigned slot;
+      bool record;
+    };
+    std::array<wait, 64> waits;  // the first `count`
+    unsigned count{0};
+    std::uint64_t streams{0};    // the block's mask: what it goes back with when a wait fails
   };
 
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
@@ -263,16 +291,18 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
 
   /// The cache's name for a stream: its handle, with both names of the legacy default stream as 0.
   [[nodiscard]] static std::uintptr_t cache_key(cuda_stream_view stream) noexcept;
-  /// Orders a block taken from the heap for `stream` and counts it in use. Lock held.
-  /// @throws what ordering throws (the block goes back to the heap then).
-  void* hand_out(detail::virtual_heap::block const& taken, std::size_t rounded, cuda_stream_view stream)
-    GPUMEM_REQUIRES(mutex_);
-  /// A block for `rounded` bytes without growing: from a page when small (or, with may_add_page, from a new
-  /// page taken from the heap: only once the thread caches were drained into their pages), else from the
-  /// heap; nullptr when there is no room. Lock held.
-  void* try_take(std::size_t rounded, cuda_stream_view stream, bool may_add_page) GPUMEM_REQUIRES(mutex_);
-  /// Orders a small block for `stream`. Lock held. @throws what ordering throws (the block goes back then).
-  void* hand_out_small(detail::small_pages::block const& taken, cuda_stream_view stream) GPUMEM_REQUIRES(mutex_);
+  /// A block for `rounded` bytes without growing: from a page of class `size` when small (size != 0; or,
+  /// with may_add_page, from a new page taken from the heap: only once the thread caches were drained into
+  /// their pages), else from the heap, counted in use; nullptr when there is no room. Fills `waits` with the
+  /// stream waits the block needs before `stream` may use it (wait_for_frees). Lock held.
+  void* try_take(std::size_t rounded, std::size_t size, cuda_stream_view stream, bool may_add_page,
+                 stream_waits& waits) GPUMEM_REQUIRES(mutex_);
+  /// The waits `stream` needs for a block last freed on the slots of `mask`, counted as held. Lock held.
+  void plan_waits(std::uint64_t mask, cudaStream_t stream, stream_waits& waits) GPUMEM_REQUIRES(mutex_);
+  /// Makes the planned waits (records and cudaStreamWaitEvent), without the lock. When one fails, the block
+  /// at `block` (small, or `heap_bytes` bytes from the heap) goes back with its streams and it rethrows.
+  void wait_for_frees(stream_waits const& waits, void* block, std::size_t heap_bytes, cudaStream_t stream)
+    GPUMEM_EXCLUDES(mutex_);
   /// Frees a small block into its page, and a page that empties into the heap. Lock held.
   /// @throws gpumem::logic_error for a double free or an address that is no block's (nothing changes).
   void free_into_page(std::uintptr_t address, std::uint64_t mask) GPUMEM_REQUIRES(mutex_);
@@ -287,8 +317,10 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// own_thread: whether cudaStreamPerThread names the calling thread's stream (else the legacy stream's
   /// slot takes the blocks: its event follows every blocking stream's earlier work).
   void spill(detail::block_cache::spill_batch const& batch, bool own_thread) noexcept GPUMEM_EXCLUDES(mutex_);
-  /// Frees `address` into the heap on the slot of `stream` (record or mark its event). Lock held.
-  void free_into_heap(std::uintptr_t address, std::size_t rounded, cudaStream_t stream) GPUMEM_REQUIRES(mutex_);
+  /// Frees `address` (a small block when `small`) into its page or the heap on the slot of `stream` (record
+  /// or count its event). Lock held.
+  void free_into_heap(std::uintptr_t address, std::size_t rounded, bool small, cudaStream_t stream)
+    GPUMEM_REQUIRES(mutex_);
   /// Empties every thread's cache into the heap.
   void drain_thread_caches() noexcept GPUMEM_EXCLUDES(mutex_);
   /// The bytes (and largest block) that thread caches hold now.
@@ -298,10 +330,8 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   [[nodiscard]] std::optional<unsigned> find_slot(cudaStream_t stream) const noexcept GPUMEM_REQUIRES(mutex_);
   /// The slot of `stream` (created on first use), or nullopt when all 63 are taken. Lock held.
   [[nodiscard]] std::optional<unsigned> slot_of(cudaStream_t stream) GPUMEM_REQUIRES(mutex_);
-  /// The slot's event, recorded first if frees were made on its stream since its last record. Lock held.
-  [[nodiscard]] cudaEvent_t event_after_frees(stream_slot& slot) GPUMEM_REQUIRES(mutex_);
-  /// `stream` waits for the frees of every slot in `mask` but its own. Lock held.
-  void order_after(std::uint64_t mask, std::optional<unsigned> own, cudaStream_t stream) GPUMEM_REQUIRES(mutex_);
+  /// The event of slot `i`, recorded first if frees were made on its stream since its latest record. Lock held.
+  [[nodiscard]] cudaEvent_t event_after_frees(unsigned i) GPUMEM_REQUIRES(mutex_);
   /// The host waits for the frees of every slot in `mask`. Lock held.
   void wait_on_host(std::uint64_t mask) GPUMEM_REQUIRES(mutex_);
   /// Backs enough slabs for `bytes` (`requested` rounded up; see the file comment); on failure gives back
@@ -327,6 +357,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::size_t reservation_size_{};
   std::unique_ptr<detail::virtual_heap> heap_ GPUMEM_PT_GUARDED_BY(mutex_);
   std::vector<stream_slot> slots_ GPUMEM_GUARDED_BY(mutex_);  // index = bit in the heap's masks
+  std::array<stream_progress, 64> progress_;  // per slot; atomics, read and written without the lock
   std::size_t bytes_in_use_ GPUMEM_GUARDED_BY(mutex_){};
   std::size_t peak_physical_ GPUMEM_GUARDED_BY(mutex_){};
   std::size_t device_total_{};  // the provider's total memory: a growth beyond it fails before creating anything
