@@ -131,6 +131,7 @@ vmm_pool_memory_resource::~vmm_pool_memory_resource()
   } catch (std::exception const& e) {
     detail::log(log_level::error, std::string{"vmm_pool_memory_resource: waiting for streams at destruction failed: "} + e.what());
   }
+  for (auto const& m : moved_mappings_) { provider_->unmap(m.address, m.bytes); }  // old places of moved pieces
   heap_->for_each_mapping([&](std::uintptr_t address, std::uint64_t handle, std::size_t bytes) {
     provider_->unmap(address, bytes);
     release_piece(handle);
@@ -553,7 +554,12 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
   // Move wholly free mappings: unmap them (after their streams' work) and keep their physical memory.
   // Every wholly free mapping outside the ranges the growth extends that fits is in plan->movable, so
   // when a creation below fails, the pool holds little other memory it could give back first.
-  std::vector<std::pair<physical_handle, std::size_t>> spare;  // handle, slabs
+  struct spare_piece {
+    physical_handle handle;
+    std::size_t slabs;
+    std::uint64_t streams;  // whose work may still use its memory (move_out)
+  };
+  std::vector<spare_piece> spare;
   std::vector<std::uintptr_t> backed_here;
   // On failure: the mappings backed here go back to the device (nothing uses them yet), and so do the
   // spare handles; the pool is as before minus the moved mappings' physical memory.
@@ -567,7 +573,7 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
       } catch (...) {  // NOLINT(bugprone-empty-catch): the mapping stays as free memory of the pool
       }
     }
-    for (auto const& [handle, slabs] : spare) {
+    for (auto const& [handle, slabs, streams] : spare) {
       release_piece(handle);
       released_ += slabs;
     }
@@ -579,8 +585,10 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
   std::size_t mappings = 0;
   std::size_t spare_slabs = 0;  // the slabs in `spare`
   try {
+    unmap_moved(false);  // what earlier moves left mapped and is done now: its addresses may be needed
     for (auto const& m : plan->movable) {
-      spare.emplace_back(take_down(m.address), m.slabs);
+      auto const [handle, streams] = move_out(m.address);
+      spare.push_back({handle, m.slabs, streams});
       spare_slabs += m.slabs;
     }
     std::uintptr_t address = plan->address;
@@ -589,8 +597,11 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
       bool const moved = !spare.empty();
       physical_handle handle = 0;
       std::size_t slabs = 0;
+      std::uint64_t streams = 0;
       if (moved) {
-        std::tie(handle, slabs) = spare.back();
+        handle = spare.back().handle;
+        slabs = spare.back().slabs;
+        streams = spare.back().streams;
         spare.pop_back();
         spare_slabs -= slabs;
       } else {
@@ -603,6 +614,7 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
         created_ += slabs;
       }
       try {
+        unmap_moved(true, address, slabs * slab);  // an old mapping still there: after its streams' work
         provider_->map(address, slabs * slab, handle);
       } catch (...) {
         release_piece(handle);
@@ -610,7 +622,7 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
         throw;
       }
       try {
-        heap_->back(address, handle, slabs);
+        heap_->back(address, handle, slabs, streams);
       } catch (...) {
         provider_->unmap(address, slabs * slab);
         release_piece(handle);
@@ -656,6 +668,62 @@ void vmm_pool_memory_resource::release_over_threshold() noexcept
     (void)release_mappings(excess);  // waits for the streams that freed memory there
   } catch (std::exception const& e) {
     detail::log(log_level::warn, std::string{"vmm_pool_memory_resource: releasing over the threshold failed: "} + e.what());
+  }
+}
+
+std::pair<physical_handle, std::uint64_t> vmm_pool_memory_resource::move_out(std::uintptr_t address)
+{
+  moved_mappings_.reserve(moved_mappings_.size() + 1);  // nothing below throws after the heap changed
+  auto const taken = heap_->unback(address);
+  std::size_t const bytes = taken.slabs * heap_->slab_size();
+  try {
+    if (taken.streams == 0 || streams_done(taken.streams)) {
+      provider_->unmap(address, bytes);
+      return {taken.handle, 0};
+    }
+    for (std::uint64_t mask = taken.streams; mask != 0; mask &= mask - 1) {  // records follow the frees here
+      (void)event_after_frees(static_cast<unsigned>(std::countr_zero(mask)));
+    }
+  } catch (...) {
+    heap_->back(address, taken.handle, taken.slabs);
+    throw;
+  }
+  for (std::uint64_t mask = taken.streams; mask != 0; mask &= mask - 1) {
+    progress_[static_cast<unsigned>(std::countr_zero(mask))].holders.fetch_add(1, std::memory_order_relaxed);
+  }
+  moved_mappings_.push_back({address, bytes, taken.streams});
+  return {taken.handle, taken.streams};
+}
+
+bool vmm_pool_memory_resource::streams_done(std::uint64_t mask)
+{
+  detail::backend& be = detail::get_backend();
+  for (; mask != 0; mask &= mask - 1) {
+    auto const i = static_cast<unsigned>(std::countr_zero(mask));
+    // Frees since the latest record happen only on a stream gpumem may still use (the legacy default stream
+    // or an announced one): its idleness answers; else the event, recorded after every free, does.
+    bool const recorded = progress_[i].recorded_through.load(std::memory_order_acquire) >= slots_[i].frees;
+    if (!(recorded ? be.event_query(slots_[i].event) : be.stream_query(slots_[i].stream))) { return false; }
+  }
+  return true;
+}
+
+void vmm_pool_memory_resource::unmap_moved(bool wait, std::uintptr_t address, std::size_t bytes)
+{
+  for (std::size_t k = 0; k < moved_mappings_.size();) {
+    moved_mapping const m = moved_mappings_[k];
+    bool const overlaps = m.address < address + bytes && address < m.address + m.bytes;
+    if (!overlaps || (!wait && !streams_done(m.streams))) {
+      ++k;
+      continue;
+    }
+    if (wait) { wait_on_host(m.streams); }  // throws with the mapping still listed
+    provider_->unmap(m.address, m.bytes);
+    for (std::uint64_t mask = m.streams; mask != 0; mask &= mask - 1) {
+      progress_[static_cast<unsigned>(std::countr_zero(mask))].holders.fetch_sub(1, std::memory_order_release);
+    }
+    moved_mappings_[k] = moved_mappings_.back();
+    moved_mappings_.pop_back();
   }
 }
 
@@ -727,6 +795,7 @@ std::size_t vmm_pool_memory_resource::release_unused()
   drain_thread_caches();
   detail::lock_guard lock{mutex_};
   retire_empty_pages();
+  unmap_moved(true);  // the old places of moved pieces too, after their streams' work
   return release_mappings(heap_->wholly_free_mappings());
 }
 

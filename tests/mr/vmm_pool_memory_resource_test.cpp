@@ -926,9 +926,10 @@ TEST(vmm_pool_memory_resource, the_same_when_the_freeing_thread_has_ended)
   pool.check_invariants();
 }
 
-// A wholly free slab whose stream still has work on it (held back by a gate) may move only after that work:
-// on the host backend an early unmap would make the pending memset fault.
-TEST(vmm_pool_memory_resource, moving_a_slab_waits_for_the_work_of_the_stream_that_freed_it)
+// A wholly free slab whose stream still has work on it (held back by a gate) moves at once: its memory is mapped
+// at the new place while the old mapping stays until that work is done (on the host backend an early unmap would
+// make the pending memset fault), and the new block's stream waits for that work before its own.
+TEST(vmm_pool_memory_resource, moving_a_slab_does_not_wait_for_the_work_of_the_stream_that_freed_it)
 {
   vmm_pool_memory_resource pool{slabs_of(granule)};
   backend_stream a;
@@ -938,7 +939,8 @@ TEST(vmm_pool_memory_resource, moving_a_slab_waits_for_the_work_of_the_stream_th
   void* z = pool.allocate(granule, a.get());
   gate held;
   held.hold(a.get());
-  detail::get_backend().memset_async(y, 0xAA, granule, a.get());
+  detail::backend& be = detail::get_backend();
+  be.memset_async(y, 0xAA, granule, a.get());
   pool.deallocate(y, granule, a.get());  // slab 1: wholly free, A's work pending
   std::atomic<bool> done{false};
   void* w = nullptr;
@@ -946,19 +948,53 @@ TEST(vmm_pool_memory_resource, moving_a_slab_waits_for_the_work_of_the_stream_th
     w = pool.allocate(2 * granule, b.get());  // moves slab 1 above slab 2
     done.store(true);
   }};
-  bool const early = eventually([&] { return done.load(); }, std::chrono::milliseconds{200});
+  bool const returned = eventually([&] { return done.load(); }, std::chrono::milliseconds{2000});
+  if (returned) { be.memset_async(w, 0x55, 2 * granule, b.get()); }  // must run after A's memset
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});          // time for B to run it too early
   held.release();
   grower.join();
-  EXPECT_FALSE(early) << "the slab moved while the freeing stream's work was pending";
+  ASSERT_TRUE(returned) << "the move waited for the freeing stream's work";
   EXPECT_EQ(pool.slabs_moved(), 1U);
   EXPECT_EQ(address_of(w), address_of(z) + granule);
-  detail::get_backend().stream_synchronize(a.get());
-  write_pattern(w, 2 * granule, 8, b.get());
-  EXPECT_TRUE(has_pattern(w, 2 * granule, 8, b.get()));
+  std::vector<unsigned char> host(2 * granule);
+  be.memcpy_async(host.data(), w, host.size(), b.get());
+  be.stream_synchronize(b.get());
+  EXPECT_EQ(std::count(host.begin(), host.end(), 0x55), static_cast<std::ptrdiff_t>(host.size()))
+    << "the freeing stream's memset landed after the new user's: the new block did not wait for it";
   pool.deallocate(w, 2 * granule, b.get());
   pool.deallocate(x, granule, a.get());
   pool.deallocate(z, granule, a.get());
+  EXPECT_EQ(pool.release_unused(), 4 * granule);
   pool.check_invariants();
+}
+
+// The old mapping of a piece that moved while its stream's work was pending stays until that work is done, and
+// goes at the pool's next growth or release_unused() after that, without a wait.
+TEST(vmm_pool_memory_resource, the_old_mapping_of_a_moved_piece_goes_once_its_streams_work_is_done)
+{
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), slabs_of(granule)};
+  backend_stream a;
+  std::vector<void*> blocks;  // one slab each
+  for (int i = 0; i < 4; ++i) { blocks.push_back(pool.allocate(granule, a.get())); }
+  gate held;
+  held.hold(a.get());
+  pool.deallocate(blocks[1], granule, a.get());  // wholly free, its stream held back
+  void* p = pool.allocate(2 * granule, a.get());  // moves it above the top slab
+  EXPECT_EQ(pool.slabs_moved(), 1U);
+  EXPECT_EQ(provider.mapped_bytes(), pool.physical_bytes() + granule) << "the old mapping must stay meanwhile";
+  EXPECT_EQ(provider.physical_bytes(), pool.physical_bytes()) << "moving creates no memory";
+  held.release();
+  detail::get_backend().stream_synchronize(a.get());
+  void* q = pool.allocate(3 * granule, a.get());  // a growth: the old mapping's streams are done now
+  EXPECT_TRUE(books_balance(pool, provider));
+  for (auto [b, bytes] : {std::pair{p, 2 * granule}, {q, 3 * granule}, {blocks[0], granule}, {blocks[2], granule},
+                          {blocks[3], granule}}) {
+    pool.deallocate(b, bytes, a.get());
+  }
+  (void)pool.release_unused();
+  EXPECT_TRUE(books_balance(pool, provider));
+  EXPECT_EQ(provider.mapped_bytes(), 0U);
 }
 
 // release_unused() too: the slab's memory goes back to the device only after the freeing stream's work.

@@ -15,8 +15,10 @@
  *
  * Growth: when no free range holds a request, the pool backs the place that needs the fewest new slabs
  * (often right after the free range at the top, so a 500 MiB request over a 300 MiB free top range maps
- * 200 MiB). It first unmaps wholly free pieces elsewhere and maps their physical memory there; only what is
- * still missing is created, in pieces of up to 1/64 of the pool (vmm_pool_options::mapping_divisor). When the device has no memory for it (or maximum_physical_size forbids it,
+ * 200 MiB). It first moves wholly free pieces from elsewhere: their physical memory is mapped there at once,
+ * and the old mapping is unmapped once the work of every stream that freed memory in the piece has completed
+ * (an event query at the pool's next growth or release_unused(); a host wait only when a growth needs those
+ * addresses again), so a growth never waits for the device. Only what is still missing is created, in pieces of up to 1/64 of the pool (vmm_pool_options::mapping_divisor). When the device has no memory for it (or maximum_physical_size forbids it,
  * or it exceeds the device's total memory, which fails before any memory is created),
  * the slabs backed for this request go back to the device and gpumem::out_of_memory names the request,
  * the pool's state and the device's free and total memory.
@@ -24,7 +26,8 @@
  * Shrinking: release_unused() unmaps and releases every wholly free slab (the device's free memory rises
  * by that much); with vmm_pool_options::release_threshold, deallocations do it by themselves beyond the
  * threshold; the destructor releases everything. Physical memory of a slab is unmapped only after the
- * work of every stream that freed memory in it has completed (a host wait on those streams' events).
+ * work of every stream that freed memory in it has completed (a host wait on those streams' events; for a
+ * move, see Growth).
  *
  * Works as the whole pool, or as the upstream of another resource (pool_memory_resource over it gets
  * chunks that this pool can still give back to the device).
@@ -340,6 +343,17 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// With a release threshold: releases wholly free slabs beyond the threshold (after their streams'
   /// work, a host wait). Lock held.
   void release_over_threshold() noexcept GPUMEM_REQUIRES(mutex_);
+  /// Removes the wholly free mapping at `address` from the heap for a move: unmaps it now when the streams
+  /// that freed memory in it are done (or there are none), else keeps the old mapping until they are (the
+  /// moved mappings, unmap_moved). Lock held. @return its handle, unreleased, and the streams whose work may
+  /// still use its memory (0 when none): its new place carries them, so its next user waits for them.
+  [[nodiscard]] std::pair<physical_handle, std::uint64_t> move_out(std::uintptr_t address) GPUMEM_REQUIRES(mutex_);
+  /// Whether the work of every stream in `mask` up to its frees so far has completed (an event or stream query
+  /// per stream). Lock held.
+  [[nodiscard]] bool streams_done(std::uint64_t mask) GPUMEM_REQUIRES(mutex_);
+  /// Unmaps the old mappings of moved pieces whose streams are done; with `wait`, waits for them all first;
+  /// with a range, only those overlapping it, waiting for them. Lock held. @throws what waiting throws.
+  void unmap_moved(bool wait, std::uintptr_t address = 0, std::size_t bytes = ~std::size_t{0}) GPUMEM_REQUIRES(mutex_);
   /// Removes the wholly free mapping at `address` from the heap and unmaps it after the work of the
   /// streams that freed memory in it (it stays if that wait fails). Lock held. @return its handle, unreleased.
   [[nodiscard]] physical_handle take_down(std::uintptr_t address) GPUMEM_REQUIRES(mutex_);
@@ -358,6 +372,14 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::unique_ptr<detail::virtual_heap> heap_ GPUMEM_PT_GUARDED_BY(mutex_);
   std::vector<stream_slot> slots_ GPUMEM_GUARDED_BY(mutex_);  // index = bit in the heap's masks
   std::array<stream_progress, 64> progress_;  // per slot; atomics, read and written without the lock
+  /// The old mapping of a moved piece, unmapped once the streams that freed memory there are done (its slots
+  /// count it as a holder, so they keep their events meanwhile).
+  struct moved_mapping {
+    std::uintptr_t address;
+    std::size_t bytes;
+    std::uint64_t streams;
+  };
+  std::vector<moved_mapping> moved_mappings_ GPUMEM_GUARDED_BY(mutex_);
   std::size_t bytes_in_use_ GPUMEM_GUARDED_BY(mutex_){};
   std::size_t peak_physical_ GPUMEM_GUARDED_BY(mutex_){};
   std::size_t device_total_{};  // the provider's total memory: a growth beyond it fails before creating anything

@@ -202,7 +202,7 @@ std::optional<virtual_heap::growth_plan> virtual_heap::plan_growth(std::size_t b
   return best;
 }
 
-void virtual_heap::back(std::uintptr_t address, std::uint64_t handle, std::size_t slabs)
+void virtual_heap::back(std::uintptr_t address, std::uint64_t handle, std::size_t slabs, std::uint64_t streams)
 {
   require(slabs > 0, [&] { return std::string{} + "mapping " + hex(address) + " has no slabs"; });
   require(address >= base_ && address < base_ + size_ && (address - base_) % slab_size_ == 0 &&
@@ -216,7 +216,7 @@ void virtual_heap::back(std::uintptr_t address, std::uint64_t handle, std::size_
   mappings_.emplace(address, mapped{handle, slabs});
   try {
     auto const [previous, next] = free_.around(address);
-    add_free(address, slabs * slab_size_, 0, previous, next);
+    add_free(address, slabs * slab_size_, streams, previous, next);
   } catch (...) {
     mappings_.erase(address);
     throw;

@@ -129,11 +129,12 @@ class GPUMEM_EXPORT virtual_heap {
   [[nodiscard]] std::optional<growth_plan> plan_growth(std::size_t bytes) const;
 
   /**
-   * @brief Adds a mapping of `slabs` slabs at `address` backed by `handle`; its bytes become free (no stream).
+   * @brief Adds a mapping of `slabs` slabs at `address` backed by `handle`; its bytes become free, freed on
+   * `streams` (memory moved from elsewhere while work of those streams may still use it; new memory: none).
    * @throws gpumem::logic_error if `address` is misaligned, `slabs` is 0, or a slab is outside the
    *         reservation or already backed; nothing changes then.
    */
-  void back(std::uintptr_t address, std::uint64_t handle, std::size_t slabs = 1);
+  void back(std::uintptr_t address, std::uint64_t handle, std::size_t slabs = 1, std::uint64_t streams = 0);
 
   /**
    * @brief Removes the wholly free mapping that starts at `address`: its bytes leave the free ranges.
