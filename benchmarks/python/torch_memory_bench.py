@@ -25,7 +25,9 @@ host threads run), more than the allocators differ. So each allocator runs --rou
 turns (A B C A B C ...), and a row gives the median of the runs' medians with the spread of the runs; the peaks
 are the largest of the runs'. Every run follows the same schedule of shapes, so runs pair up: a row's paired
 ratio is the median, over the rounds, of its run's total measured time over the total of the pytorch run of
-the same round (its neighbour in time), with the rounds' smallest and largest ratio.
+the same round (its neighbour in time), with the rounds' smallest and largest ratio. And since noise only ever
+adds time, a row's best-of-rounds time is the sum over the steps of each step's fastest run: its ratio to
+pytorch's compares what each allocator lets the same steps reach.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ OOM_EXIT = 3
 WARMUP = {"train": 5, "generate": 1}  # steps / requests left out of the times (kernel selection, first growth)
 FIT_START = {"train": 4, "generate": 16}  # the first batch the largest-batch search tries
 RECORDED = ("median_ms", "mean_ms", "peak_bytes", "allocator_peak_bytes", "tensor_peak_bytes", "steps",
-            "median_ms_runs", "step_ms_runs", "paired_ratio", "paired_ratio_runs")
+            "median_ms_runs", "step_ms_runs", "paired_ratio", "paired_ratio_runs", "best_ms")
 
 
 def run_program(program: str, label: str, extra: List[str], timeout: float = 300) -> Optional[dict]:
@@ -89,8 +91,17 @@ def combine_runs(runs: List[dict]) -> dict:
     return {**runs[-1], "median_ms": median([run["median_ms"] for run in runs]),
             "mean_ms": sum(run["mean_ms"] for run in runs) / len(runs),
             "median_ms_runs": [run["median_ms"] for run in runs],
-            "step_ms_runs": [run.get("step_ms") for run in runs], "peak_bytes": largest("peak_bytes"),
+            "step_ms_runs": [run.get("step_ms") for run in runs], "best_ms": best_of_rounds(runs),
+            "peak_bytes": largest("peak_bytes"),
             "allocator_peak_bytes": largest("allocator_peak_bytes"), "tensor_peak_bytes": largest("tensor_peak_bytes")}
+
+
+def best_of_rounds(runs: List[dict]) -> Optional[float]:
+    """The sum over the steps of each step's fastest time among the runs (ms), or None without step times."""
+    steps = [run.get("step_ms") for run in runs]
+    if not steps or any(not s for s in steps) or len({len(s) for s in steps}) != 1:
+        return None
+    return sum(min(times) for times in zip(*steps))
 
 
 def paired_ratios(runs: List[dict], base_runs: List[dict]) -> List[float]:
@@ -157,8 +168,9 @@ def markdown(results: Dict[str, Dict[str, dict]], fits: Dict[str, Dict[str, int]
         budget = budgets.get(program, 0)
         lines += [f"**{program}**", "",
                   f"| allocator | median {unit} | runs | vs pytorch | paired vs pytorch (rounds' range) | "
-                  f"peak device memory | vs pytorch | peak of live tensors | largest batch in {budget / GiB:g} GiB |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  f"best of rounds vs pytorch | peak device memory | vs pytorch | peak of live tensors | "
+                  f"largest batch in {budget / GiB:g} GiB |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         base = rows.get("pytorch")
         for label, row in rows.items():
             time_ratio = f"{row['median_ms'] / base['median_ms']:.3f}" if base else "-"
@@ -170,7 +182,9 @@ def markdown(results: Dict[str, Dict[str, dict]], fits: Dict[str, Dict[str, int]
             paired = row.get("paired_ratio_runs") or []
             paired_text = (f"{median(paired):.3f} ({min(paired):.3f}-{max(paired):.3f}, {len(paired)} rounds)"
                            if paired else "-")
-            lines.append(f"| {label} | {row['median_ms']:.2f} | {spread} | {time_ratio} | {paired_text} | "
+            best, base_best = row.get("best_ms"), (base or {}).get("best_ms")
+            best_text = f"{best / base_best:.3f}" if best and base_best else "-"
+            lines.append(f"| {label} | {row['median_ms']:.2f} | {spread} | {time_ratio} | {paired_text} | {best_text} | "
                          f"{row['peak_bytes'] / GiB:.2f} GiB | {peak_ratio} | "
                          f"{'-' if tensors is None else f'{tensors / GiB:.2f} GiB'} | {'-' if fit is None else fit} |")
         lines.append("")

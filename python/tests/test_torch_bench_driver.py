@@ -47,8 +47,8 @@ def test_the_table_gives_ratios_to_pytorchs_default(bench):
     results = {"train": {"pytorch": {"median_ms": 50.0, "peak_bytes": 20 * GiB},
                          "gpumem": {"median_ms": 51.0, "peak_bytes": 17 * GiB}}}
     table = bench.markdown(results, {"train": {"pytorch": 8, "gpumem": 11}}, {"train": 16 * GiB})
-    assert "| gpumem | 51.00 | 1 | 1.020 | - | 17.00 GiB | 0.850 | - | 11 |" in table
-    assert "| pytorch | 50.00 | 1 | 1.000 | - | 20.00 GiB | 1.000 | - | 8 |" in table
+    assert "| gpumem | 51.00 | 1 | 1.020 | - | - | 17.00 GiB | 0.850 | - | 11 |" in table
+    assert "| pytorch | 50.00 | 1 | 1.000 | - | - | 20.00 GiB | 1.000 | - | 8 |" in table
     assert "largest batch in 16 GiB" in table
 
 
@@ -60,7 +60,7 @@ def test_the_table_gives_the_spread_of_the_runs_and_the_peak_of_live_tensors(ben
     assert row["peak_bytes"] == 11 * GiB and row["tensor_peak_bytes"] == 9 * GiB
     assert row["allocator_peak_bytes"] is None
     table = bench.markdown({"train": {"gpumem": row}}, {}, {"train": 16 * GiB})
-    assert "| gpumem | 52.00 | 50.00-57.00 | - | - | 11.00 GiB | - | 9.00 GiB | - |" in table
+    assert "| gpumem | 52.00 | 50.00-57.00 | - | - | - | 11.00 GiB | - | 9.00 GiB | - |" in table
 
 
 def test_an_even_number_of_runs_gives_the_mean_of_the_middle_two(bench):
@@ -124,3 +124,14 @@ def test_paired_ratios_divide_each_round_by_the_pytorch_run_of_the_same_round(be
     row = {"median_ms": 20.0, "peak_bytes": GiB, "paired_ratio_runs": [1.05, 1.0, 0.9]}
     table = bench.markdown({"train": {"gpumem": row}}, {}, {})
     assert "| 1.000 (0.900-1.050, 3 rounds) |" in table
+
+
+def test_best_of_rounds_sums_each_steps_fastest_run(bench):
+    runs = [{"step_ms": [10.0, 30.0, 5.0]}, {"step_ms": [12.0, 20.0, 6.0]}, {"step_ms": [11.0, 25.0, 4.0]}]
+    assert bench.best_of_rounds(runs) == pytest.approx(10.0 + 20.0 + 4.0)
+    assert bench.best_of_rounds([{"step_ms": [1.0]}, {"step_ms": [1.0, 2.0]}]) is None  # other schedules
+    assert bench.best_of_rounds([{"median_ms": 3.0}]) is None
+    rows = {"pytorch": {"median_ms": 20.0, "peak_bytes": GiB, "best_ms": 40.0},
+            "gpumem": {"median_ms": 21.0, "peak_bytes": GiB, "best_ms": 39.6}}
+    table = bench.markdown({"train": rows}, {}, {})
+    assert "| - | 0.990 | 1.00 GiB |" in table
