@@ -140,6 +140,27 @@ class PerformancePage(unittest.TestCase):
         targets = self.page.split("## Targets", 1)[1].split("\n## ", 1)[0]
         self.assertIn("`torch` train, `gpumem` default", targets)
 
+    def test_the_torch_time_target_is_judged_on_the_best_of_rounds_beside_the_paired_ratio(self):
+        for gpumem_best, verdict in ((101.5, "**yes**"), (103.0, "**no**")):
+            bundle = copy.deepcopy(self.bundle)
+            for r in bundle["runs"]:
+                r["context"]["gpumem_backend"] = "cuda"
+            torch = next(r for r in bundle["runs"] if r["name"] == "torch")
+            for row in torch["rows"]:
+                if row["program"] == "train" and row["allocator"] == "pytorch":
+                    row["best_ms"] = 100.0
+                elif row["program"] == "train" and row["allocator"] == "gpumem":
+                    row["best_ms"] = gpumem_best
+                    row["paired_ratio_runs"] = [1.04, 1.0, 1.2]
+            result = page_of(bundle)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            targets = result.stdout.split("## Targets", 1)[1].split("\n## ", 1)[0]
+            line = next(l for l in targets.splitlines() if "best of rounds" in l)
+            self.assertIn(f"best of rounds {gpumem_best / 100:.3f}×; paired median 1.040× (1.000 – 1.200)", line)
+            self.assertTrue(line.endswith(f"{verdict} |"), line)
+            section = result.stdout.split("## PyTorch programs", 1)[1].split("\n## ", 1)[0]
+            self.assertIn(f"| 1.040 (1.000 – 1.200) | {gpumem_best / 100:.3f} |", section)
+
     def test_targets_are_judged_on_a_gpu_run(self):
         bundle = copy.deepcopy(self.bundle)
         for r in bundle["runs"]:
