@@ -1,4 +1,4 @@
-"""gpumem.cuda from Python: devices, streams, callbacks, the current stream, events and graphs (issue 6).
+"""gpumem.cuda from Python: devices, streams, callbacks, the current stream, events and graphs.
 
 Passes on the host backend (streams are worker threads, events carry timestamps) and on a GPU.
 """
