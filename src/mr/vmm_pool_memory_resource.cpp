@@ -551,7 +551,7 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
     fail(requested, "it would take the physical memory to " + format_bytes(physical + still_needed * slab) +
                       ", over the maximum_physical_size of " + format_bytes(*maximum_physical_));
   }
-  // Move wholly free mappings: unmap them (after their streams' work) and keep their physical memory.
+  // Move wholly free mappings: take them out of the heap and map their physical memory here (move_out).
   // Every wholly free mapping outside the ranges the growth extends that fits is in plan->movable, so
   // when a creation below fails, the pool holds little other memory it could give back first.
   struct spare_piece {
@@ -685,7 +685,7 @@ std::pair<physical_handle, std::uint64_t> vmm_pool_memory_resource::move_out(std
       (void)event_after_frees(static_cast<unsigned>(std::countr_zero(mask)));
     }
   } catch (...) {
-    heap_->back(address, taken.handle, taken.slabs);
+    heap_->back(address, taken.handle, taken.slabs, taken.streams);  // as it was, with its streams
     throw;
   }
   for (std::uint64_t mask = taken.streams; mask != 0; mask &= mask - 1) {
@@ -733,7 +733,7 @@ physical_handle vmm_pool_memory_resource::take_down(std::uintptr_t address)
   try {
     wait_on_host(taken.streams);
   } catch (...) {
-    heap_->back(address, taken.handle, taken.slabs);
+    heap_->back(address, taken.handle, taken.slabs, taken.streams);  // its next user still waits for them
     throw;
   }
   provider_->unmap(address, taken.slabs * heap_->slab_size());

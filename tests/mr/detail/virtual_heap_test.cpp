@@ -258,6 +258,21 @@ TEST(virtual_heap, stream_masks_unite_on_merge_and_stay_on_split)
   heap.check_invariants();
 }
 
+// Memory moved from elsewhere is backed with the streams whose work may still use it: its bytes carry them, and
+// a range it joins carries the union.
+TEST(virtual_heap, bytes_backed_with_streams_carry_them_into_the_range_they_join)
+{
+  virtual_heap heap = make_heap(4, {0});
+  for (int i = 0; i < 4; ++i) { (void)take_units(heap, 8); }
+  give(heap, 24, 8, 0b0001);                          // the top of slab 0, free on stream 0
+  heap.back(slab_at(1), handle_of(1), 1, 0b0100);     // joins it
+  EXPECT_EQ(heap.free_range_count(), 1U);
+  EXPECT_TRUE(takes(heap, 40, 24, 0b0101));
+  heap.back(slab_at(3), handle_of(3), 1, 0b1000);     // apart: its own streams only
+  EXPECT_TRUE(takes(heap, 32, 96, 0b1000));
+  heap.check_invariants();
+}
+
 TEST(virtual_heap, forget_streams_clears_only_the_given_bits_and_streams_in_use_is_their_union)
 {
   virtual_heap heap = make_heap(2, {0, 1});
