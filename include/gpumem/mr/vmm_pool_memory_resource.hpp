@@ -18,10 +18,11 @@
  * 200 MiB). It first moves wholly free pieces from elsewhere: their physical memory is mapped there at once,
  * and the old mapping is unmapped once the work of every stream that freed memory in the piece has completed
  * (an event query at the pool's next growth or release_unused(); a host wait only when a growth needs those
- * addresses again), so a growth never waits for the device. Only what is still missing is created, in pieces of up to 1/64 of the pool (vmm_pool_options::mapping_divisor). When the device has no memory for it (or maximum_physical_size forbids it,
- * or it exceeds the device's total memory, which fails before any memory is created),
- * the slabs backed for this request go back to the device and gpumem::out_of_memory names the request,
- * the pool's state and the device's free and total memory.
+ * addresses again), so a growth never waits for the device. Only what is still missing is created, in
+ * pieces of up to 1/64 of the pool (vmm_pool_options::mapping_divisor). When the device has no memory for it
+ * (or maximum_physical_size forbids it, or it exceeds the device's total memory, which fails before any
+ * memory is created), the slabs backed for this request go back to the device and gpumem::out_of_memory
+ * names the request, the pool's state and the device's free and total memory.
  *
  * Shrinking: release_unused() unmaps and releases every wholly free slab (the device's free memory rises
  * by that much); with vmm_pool_options::release_threshold, deallocations do it by themselves beyond the
