@@ -10,8 +10,13 @@
 #include <gpumem/mr/detail/align.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -235,6 +240,53 @@ TEST_F(HostBackend, DeviceSynchronizeWaitsForEveryStream)
   host().device_synchronize();
   EXPECT_EQ(marks, std::vector<int>(8, 1));
   for (auto s : streams) { host().stream_destroy(s); }
+}
+
+// Threads that record events on streams and make other streams wait on them, all at once: as in CUDA, a
+// wait follows a record that is already in its stream, so no two streams ever wait on each other and every
+// stream finishes. (When the emulation published a record before enqueueing it, a wait could enter a stream
+// ahead of the record it waited for, and streams deadlocked under such load.)
+TEST_F(HostBackend, StreamsWaitingOnEachOthersEventsFromManyThreadsAllFinish)
+{
+  constexpr int streams = 6;
+  constexpr int threads = 8;
+  std::vector<cudaStream_t> stream(streams);
+  std::vector<cudaEvent_t> event(streams);
+  for (int i = 0; i < streams; ++i) {
+    stream[static_cast<std::size_t>(i)] = host().stream_create(cudaStreamNonBlocking, 0);
+    event[static_cast<std::size_t>(i)] = host().event_create(cudaEventDisableTiming);
+  }
+  std::vector<std::thread> team;
+  for (int t = 0; t < threads; ++t) {
+    team.emplace_back([&, t] {
+      std::uint64_t x = 0x9E3779B97F4A7C15ULL * static_cast<std::uint64_t>(t + 1);
+      for (int step = 0; step < 20'000; ++step) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        auto const from = static_cast<std::size_t>(x % streams);
+        auto const to = static_cast<std::size_t>((x >> 8) % streams);
+        host().event_record(event[from], stream[from]);
+        host().stream_wait_event(stream[to], event[from]);
+      }
+    });
+  }
+  for (auto& member : team) { member.join(); }
+  std::atomic<bool> finished{false};
+  std::thread watchdog{[&finished] {
+    for (int i = 0; i < 600 && !finished.load(); ++i) { std::this_thread::sleep_for(std::chrono::milliseconds{100}); }
+    if (!finished.load()) {
+      std::fprintf(stderr, "streams waiting on each other's events did not finish within 60 s: deadlock\n");
+      std::abort();
+    }
+  }};
+  host().device_synchronize();
+  finished = true;
+  watchdog.join();
+  for (int i = 0; i < streams; ++i) {
+    host().event_destroy(event[static_cast<std::size_t>(i)]);
+    host().stream_destroy(stream[static_cast<std::size_t>(i)]);
+  }
 }
 
 TEST(HostConfig, ParsesByteSizes)

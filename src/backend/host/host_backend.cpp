@@ -494,12 +494,14 @@ class host_backend final : public backend {
       return;
     }
     auto marker = std::make_shared<completion>();
-    {
-      detail::lock_guard lock{target->mutex};
-      target->last = marker;
-      target->captured.reset();
-    }
+    // Enqueued before it becomes the event's latest record: a wait that finds it (another thread's
+    // stream_wait_event) then always follows a record already in its stream, as in CUDA, where a record
+    // enters its stream at once. Published first, a wait could enter a stream ahead of the record it waits
+    // for, and two streams waiting on each other's records would never finish.
     enqueue(*queue, [marker] { marker->signal(); });
+    detail::lock_guard lock{target->mutex};
+    target->last = std::move(marker);
+    target->captured.reset();
   }
 
   void event_synchronize(cudaEvent_t event) override
