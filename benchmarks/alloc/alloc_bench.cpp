@@ -29,7 +29,9 @@
 // a benchmark call that outlives --timeout ends the process (bench_support.hpp).
 // Counters: ns_per_pair / ns_per_op, pairs_per_s / ops_per_s, ops and bytes_allocated per pass, peak live
 // bytes; for sub-allocators, peak_upstream_bytes (bytes taken from the cuda_memory_resource below, through
-// mr::statistics_resource_adaptor) and fragmentation = peak_upstream_bytes / peak_live_bytes.
+// mr::statistics_resource_adaptor) and fragmentation = peak_upstream_bytes / peak_live_bytes; in random_mt and
+// random_streams, for resources that count them (vmm), cross_stream_share = the share of the timed allocations
+// that took a block another stream freed (each makes its stream wait for that one).
 
 #include "../common/bench_support.hpp"
 #include "../common/resource_registry.hpp"
@@ -293,6 +295,7 @@ void bm_random_mt(benchmark::State& state, std::string const& id, std::string co
       ctx.warmed = true;
     }
     double total_seconds = 0;
+    std::optional<std::size_t> const cross_before = ctx.resource.cross_stream_takes();
     for (auto _ : state) {
       double const seconds = run_sequences(team, resource, streams, seqs, slots, error, per_thread);
       state.SetIterationTime(seconds);
@@ -312,6 +315,11 @@ void bm_random_mt(benchmark::State& state, std::string const& id, std::string co
     state.counters["bytes_allocated"] = static_cast<double>(bytes_allocated);
     state.counters["threads"] = threads;
     state.counters["peak_live_bytes"] = static_cast<double>(ctx.peak_live_bytes);
+    if (std::optional<std::size_t> const cross = ctx.resource.cross_stream_takes(); cross && cross_before) {
+      // The share of the timed allocations that took a block another stream freed (each a stream wait).
+      state.counters["cross_stream_share"] = static_cast<double>(*cross - *cross_before) /
+                                             (static_cast<double>(allocations) * static_cast<double>(state.iterations()));
+    }
     if (per_thread == 1 && threads == 1) {  // random_streams has no speedup figure: its 1-thread peer has one stream
       g_one_thread_ns_per_op[resource_name] = ns_per_op;
     } else if (auto const it = g_one_thread_ns_per_op.find(resource_name);

@@ -355,6 +355,9 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
                             "Wholly free slabs unmapped and mapped where the pool grew, instead of new ones.");
   vmm.def_property_readonly("slabs_released", &mr::vmm_pool_memory_resource::slabs_released,
                             "Slabs given back to the device since construction.");
+  vmm.def_property_readonly("cross_stream_takes", &mr::vmm_pool_memory_resource::cross_stream_takes,
+                            "Allocations that took a block freed on another stream, and so made their stream "
+                            "wait for that stream's work (on the device).");
 
   py::class_<mr::arena_memory_resource, device_memory_resource> arena(
     sub, "ArenaMemoryResource",

@@ -150,6 +150,7 @@ py::dict stats_dict(int device)
     d["slabs_created"] = vmm->slabs_created();
     d["slabs_released"] = vmm->slabs_released();
     d["slabs_moved"] = vmm->slabs_moved();
+    d["cross_stream_takes"] = vmm->cross_stream_takes();
     d["free_bytes"] = vmm->free_bytes();
     d["largest_free_block"] = vmm->largest_free_block();
     d["maximum_physical_size"] = vmm->maximum_physical_size();

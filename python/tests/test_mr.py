@@ -325,6 +325,20 @@ def test_allocation_releases_the_gil():
     assert pool.used_bytes() == 0
 
 
+def test_vmm_pool_counts_the_blocks_a_stream_takes_from_another_streams_frees():
+    pool = mr.VmmPoolMemoryResource(slab_size=2 << 20)
+    first, second = gpumem.cuda.Stream(non_blocking=True), gpumem.cuda.Stream(non_blocking=True)
+    ptr = pool.allocate(4096, first)
+    pool.deallocate(ptr, 4096, first)
+    assert pool.cross_stream_takes == 0
+    again = pool.allocate(4096, first)  # its own free: no wait
+    assert pool.cross_stream_takes == 0
+    pool.deallocate(again, 4096, first)
+    other = pool.allocate(4096, second)  # the block first freed: second waits for first's work
+    assert other == ptr and pool.cross_stream_takes == 1
+    pool.deallocate(other, 4096, second)
+
+
 def test_vmm_pool_grows_coalesces_and_gives_memory_back():
     pool = mr.VmmPoolMemoryResource(slab_size=4 << 20)
     assert pool.slab_size == 4 << 20

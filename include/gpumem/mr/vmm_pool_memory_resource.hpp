@@ -68,7 +68,8 @@
  * released, so threads on different streams make them in parallel.
  * Stream-ordering: as device_memory_resource.hpp says. Memory freed on stream A is reused on A at once;
  * another stream B that takes it first waits (cudaStreamWaitEvent, no host synchronisation) on an event
- * recorded on A after the free. For the legacy default stream and announced streams (gpumem::cuda_stream:
+ * recorded on A after the free (cross_stream_takes() counts these takes). A small request prefers a block its
+ * own stream freed to one that would make it wait (small_pages.hpp); a large one takes the best fit. For the legacy default stream and announced streams (gpumem::cuda_stream:
  * before_stream_destroy.hpp) that event is recorded when B needs it, once per batch of frees, by B's call
  * after it released the mutex; an announced stream's event is recorded before it is destroyed, its
  * destruction waits for those records in flight, and the handle is then forgotten. Every
@@ -242,6 +243,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   [[nodiscard]] std::size_t slabs_created() const noexcept;
   [[nodiscard]] std::size_t slabs_moved() const noexcept;
   [[nodiscard]] std::size_t slabs_released() const noexcept;
+  /** @return how many allocations since construction took a block freed on another stream, and so made
+   *  their stream wait (on the device) for that stream's work: each such wait orders two streams' work. */
+  [[nodiscard]] std::size_t cross_stream_takes() const noexcept;
   /** @brief Checks the heap's invariants and the byte counts. @throws gpumem::logic_error naming a violation. */
   void check_invariants() const;
 
@@ -301,8 +305,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// stream waits the block needs before `stream` may use it (wait_for_frees). Lock held.
   void* try_take(std::size_t rounded, std::size_t size, cuda_stream_view stream, bool may_add_page,
                  stream_waits& waits) GPUMEM_REQUIRES(mutex_);
-  /// The waits `stream` needs for a block last freed on the slots of `mask`, counted as held. Lock held.
-  void plan_waits(std::uint64_t mask, cudaStream_t stream, stream_waits& waits) GPUMEM_REQUIRES(mutex_);
+  /// The waits that the stream of slot `own` (max_slots: a stream without one) needs for a block last freed
+  /// on the slots of `mask`, counted as held. Lock held.
+  void plan_waits(std::uint64_t mask, unsigned own, stream_waits& waits) GPUMEM_REQUIRES(mutex_);
   /// Makes the planned waits (records and cudaStreamWaitEvent), without the lock. When one fails, the block
   /// at `block` (small, or `heap_bytes` bytes from the heap) goes back with its streams and it rethrows.
   void wait_for_frees(stream_waits const& waits, void* block, std::size_t heap_bytes, cudaStream_t stream)
@@ -389,6 +394,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::size_t created_ GPUMEM_GUARDED_BY(mutex_){};
   std::size_t moved_ GPUMEM_GUARDED_BY(mutex_){};
   std::size_t released_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t cross_stream_takes_ GPUMEM_GUARDED_BY(mutex_){};
   detail::invariant_sampler invariant_sampler_;  // which calls check_invariants() after them (debug builds)
   std::size_t small_block_limit_{};   // fixed at construction (read without the lock)
   std::size_t thread_cache_limit_{};  // fixed at construction (read without the lock)

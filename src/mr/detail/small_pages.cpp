@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <new>
 #include <string>
 
 namespace gpumem::detail {
@@ -74,10 +75,18 @@ std::size_t small_pages::page_bytes_for(std::size_t block_size) const noexcept
   return (wanted + block_size - 1) / block_size * block_size;
 }
 
-small_pages::block small_pages::take_from(std::uintptr_t address, page& p)
+small_pages::block small_pages::take_from(std::uintptr_t address, page& p, std::optional<std::size_t> chosen)
 {
   std::size_t index = 0;
-  if (!p.free.empty()) {
+  if (chosen) {  // a free block out of the middle of the stack: the top takes its place
+    index = *chosen;
+    std::uint32_t const at = p.free_at[index];
+    std::uint32_t const top = p.free.back();
+    p.free[at] = top;
+    p.free_at[top] = at;
+    p.free.pop_back();
+    set_bit(p.is_free, index, false);
+  } else if (!p.free.empty()) {
     index = p.free.back();
     p.free.pop_back();
     set_bit(p.is_free, index, false);
@@ -96,7 +105,7 @@ small_pages::block small_pages::take_from(std::uintptr_t address, page& p)
 
 void small_pages::list(std::uintptr_t address, page& p) noexcept
 {
-  std::uintptr_t& newest = newest_with_room_.find(p.block_size)->second;
+  std::uintptr_t& newest = lists_.find(p.block_size)->second.newest;
   p.newer = 0;
   p.older = newest;
   if (newest != 0) { pages_.find(newest)->second.newer = address; }
@@ -108,19 +117,65 @@ void small_pages::unlist(page& p) noexcept
   if (p.newer != 0) {
     pages_.find(p.newer)->second.older = p.older;
   } else {
-    newest_with_room_.find(p.block_size)->second = p.older;
+    lists_.find(p.block_size)->second.newest = p.older;
   }
   if (p.older != 0) { pages_.find(p.older)->second.newer = p.newer; }
   p.newer = 0;
   p.older = 0;
 }
 
-std::optional<small_pages::block> small_pages::take(std::size_t bytes)
+std::uint64_t small_pages::next_streams(page const& p) noexcept
 {
-  auto const newest = newest_with_room_.find(class_of(bytes));
-  if (newest == newest_with_room_.end() || newest->second == 0) { return std::nullopt; }
-  std::uintptr_t const address = newest->second;
-  return take_from(address, pages_.at(address));
+  return p.free.empty() ? p.first_streams : p.streams[p.free.back()];
+}
+
+std::optional<small_pages::block> small_pages::take(std::size_t bytes, unsigned own)
+{
+  std::size_t const block_size = class_of(bytes);
+  auto const lists = lists_.find(block_size);
+  if (lists == lists_.end() || lists->second.newest == 0) { return std::nullopt; }
+  std::uintptr_t const newest = lists->second.newest;
+  page& first = pages_.at(newest);
+  // The page that most recently gained room, unless its next block would make `own` wait for another stream
+  // and `own` freed a block of this class that is still free.
+  if (own < no_slot && (next_streams(first) & ~(std::uint64_t{1} << own)) != 0) {
+    if (auto const mine = take_own(lists->second, block_size, own)) { return mine; }
+  }
+  return take_from(newest, first);
+}
+
+std::optional<small_pages::block> small_pages::take_own(class_lists& lists, std::size_t block_size, unsigned own)
+{
+  std::vector<std::uintptr_t>& freed = lists.freed_on[own];
+  while (!freed.empty()) {
+    std::uintptr_t const address = freed.back();
+    freed.pop_back();
+    auto it = pages_.upper_bound(address);
+    if (it == pages_.begin()) { continue; }
+    --it;
+    page& p = it->second;
+    std::size_t const offset = address - it->first;
+    if (p.block_size != block_size || offset >= p.bytes || offset % block_size != 0) { continue; }  // another page now
+    std::size_t const index = offset / block_size;
+    if (index < p.carved && test_bit(p.is_free, index) && p.streams[index] == (std::uint64_t{1} << own)) {
+      return take_from(it->first, p, index);
+    }
+  }
+  return std::nullopt;
+}
+
+void small_pages::remember_free(std::size_t block_size, unsigned slot, std::uintptr_t address) noexcept
+{
+  std::vector<std::uintptr_t>& freed = lists_.find(block_size)->second.freed_on[slot];
+  if (freed.size() == bin_limit) {  // the older half goes (their blocks stay free in their pages)
+    freed.erase(freed.begin(), freed.begin() + static_cast<std::ptrdiff_t>(bin_limit / 2));
+  }
+  try {
+    if (freed.capacity() == 0) { freed.reserve(bin_limit); }
+  } catch (std::bad_alloc const&) {
+    return;  // no room to remember it: only the preference is lost
+  }
+  freed.push_back(address);  // within the capacity reserved: no throw
 }
 
 small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t bytes, std::uint64_t streams)
@@ -157,7 +212,8 @@ small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t byt
   p.is_free.assign((p.capacity + 63) / 64, 0);
   p.free.clear();
   p.free.reserve(p.capacity);
-  (void)newest_with_room_.try_emplace(block_size, 0);
+  p.free_at.resize(p.capacity);
+  (void)lists_.try_emplace(block_size);
   page& added = pages_.insert(after, std::move(node))->second;
   page_bytes_ += size;
   list(address, added);  // unlisted by take_from when one block fills the page
@@ -182,12 +238,16 @@ std::optional<small_pages::retired_page> small_pages::give_back(std::uintptr_t a
   }
   bool const was_full = !has_room(p);
 
+  p.free_at[index] = static_cast<std::uint32_t>(p.free.size());
   p.free.push_back(static_cast<std::uint32_t>(index));  // capacity reserved at add_page: no throw
   set_bit(p.is_free, index, true);
   --p.used;
   used_bytes_ -= p.block_size;
   p.streams[index] = streams;
   if (was_full) { list(base, p); }
+  if (std::has_single_bit(streams) && std::countr_zero(streams) < static_cast<int>(no_slot)) {
+    remember_free(p.block_size, static_cast<unsigned>(std::countr_zero(streams)), address);
+  }
   if (p.used != 0) { return std::nullopt; }
   // Kept until the owner's next heap operation, or until more pages are empty.
   empty_.push_back(base);  // capacity reserved at construction: no throw
@@ -271,14 +331,20 @@ void small_pages::check_invariants() const
     std::size_t set = 0;
     for (std::size_t i = 0; i < p.capacity; ++i) { set += test_bit(p.is_free, i) ? 1 : 0; }
     if (set != p.free.size()) { fail("the page at " + hex(address) + ": the bitmap disagrees with the free list"); }
-    for (std::uint32_t const i : p.free) {
+    for (std::size_t at = 0; at < p.free.size(); ++at) {
+      std::uint32_t const i = p.free[at];
       if (i >= p.carved || !test_bit(p.is_free, i)) { fail("the page at " + hex(address) + ": a bad free index"); }
+      if (p.free_at[i] != at) { fail("the page at " + hex(address) + ": a free block's position is wrong"); }
     }
     bytes += p.bytes;
     used += p.used * p.block_size;
   }
   std::size_t listed = 0;
-  for (auto const& [block_size, newest] : newest_with_room_) {
+  for (auto const& [block_size, lists] : lists_) {
+    std::uintptr_t const newest = lists.newest;
+    if (std::any_of(lists.freed_on.begin(), lists.freed_on.end(), [](auto const& f) { return f.size() > bin_limit; })) {
+      fail("a bin of freed blocks holds more than " + std::to_string(bin_limit));
+    }
     std::uintptr_t newer = 0;
     for (std::uintptr_t at = newest; at != 0;) {
       auto const it = pages_.find(at);

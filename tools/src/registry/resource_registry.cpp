@@ -75,6 +75,7 @@ class resource_builder {
   {
     handle_->peak_upstream_ = [pool] { return pool->peak_physical_bytes(); };
     handle_->upstream_ = [pool] { return pool->physical_bytes(); };
+    handle_->cross_stream_takes_ = [pool] { return pool->cross_stream_takes(); };
   }
 
   void set_reserves_upfront() noexcept { handle_->reserves_upfront_ = true; }
@@ -199,6 +200,7 @@ resource_handle::resource_handle(resource_handle&& other) noexcept
     peak_upstream_{std::move(other.peak_upstream_)},
     upstream_{std::move(other.upstream_)},
     upstream_allocations_{std::move(other.upstream_allocations_)},
+    cross_stream_takes_{std::move(other.cross_stream_takes_)},
     reserves_upfront_{other.reserves_upfront_}
 {
   other.reset();
@@ -213,6 +215,7 @@ resource_handle& resource_handle::operator=(resource_handle&& other) noexcept
     peak_upstream_ = std::move(other.peak_upstream_);
     upstream_ = std::move(other.upstream_);
     upstream_allocations_ = std::move(other.upstream_allocations_);
+    cross_stream_takes_ = std::move(other.cross_stream_takes_);
     reserves_upfront_ = other.reserves_upfront_;
     other.reset();
   }
@@ -224,6 +227,7 @@ void resource_handle::reset() noexcept
   peak_upstream_ = nullptr;
   upstream_ = nullptr;
   upstream_allocations_ = nullptr;
+  cross_stream_takes_ = nullptr;
   while (!chain_.empty()) { chain_.pop_back(); }  // top first: a resource before its upstream
 }
 
@@ -240,6 +244,11 @@ std::optional<std::size_t> resource_handle::upstream_bytes() const
 std::optional<std::size_t> resource_handle::upstream_allocations() const
 {
   return upstream_allocations_ ? std::optional{upstream_allocations_()} : std::nullopt;
+}
+
+std::optional<std::size_t> resource_handle::cross_stream_takes() const
+{
+  return cross_stream_takes_ ? std::optional{cross_stream_takes_()} : std::nullopt;
 }
 
 std::span<resource_info const> resources() noexcept { return infos; }

@@ -99,6 +99,9 @@ class resource_handle {
   [[nodiscard]] std::optional<std::size_t> upstream_bytes() const;
   /** @return how many allocations it made from its upstream (its counter), or nullopt without one. */
   [[nodiscard]] std::optional<std::size_t> upstream_allocations() const;
+  /** @return how many allocations took a block freed on another stream (a stream wait), or nullopt where the
+   *  resource does not count them (vmm counts them). */
+  [[nodiscard]] std::optional<std::size_t> cross_stream_takes() const;
   /**
    * @return true when the resource takes a fixed reservation at construction (arena): its peak upstream
    * bytes are that reservation, so peak upstream / peak live says nothing about fragmentation.
@@ -129,6 +132,7 @@ class resource_handle {
   std::function<std::size_t()> peak_upstream_;
   std::function<std::size_t()> upstream_;
   std::function<std::size_t()> upstream_allocations_;
+  std::function<std::size_t()> cross_stream_takes_;
   bool reserves_upfront_{false};
 };
 
