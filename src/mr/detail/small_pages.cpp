@@ -105,7 +105,7 @@ small_pages::block small_pages::take_from(std::uintptr_t address, page& p, std::
 
 void small_pages::list(std::uintptr_t address, page& p) noexcept
 {
-  std::uintptr_t& newest = lists_.find(p.block_size)->second.newest;
+  std::uintptr_t& newest = p.lists->newest;
   p.newer = 0;
   p.older = newest;
   if (newest != 0) { pages_.find(newest)->second.newer = address; }
@@ -117,7 +117,7 @@ void small_pages::unlist(page& p) noexcept
   if (p.newer != 0) {
     pages_.find(p.newer)->second.older = p.older;
   } else {
-    lists_.find(p.block_size)->second.newest = p.older;
+    p.lists->newest = p.older;
   }
   if (p.older != 0) { pages_.find(p.older)->second.newer = p.newer; }
   p.newer = 0;
@@ -164,9 +164,9 @@ std::optional<small_pages::block> small_pages::take_own(class_lists& lists, std:
   return std::nullopt;
 }
 
-void small_pages::remember_free(std::size_t block_size, unsigned slot, std::uintptr_t address) noexcept
+void small_pages::remember_free(class_lists& lists, unsigned slot, std::uintptr_t address) noexcept
 {
-  std::vector<std::uintptr_t>& freed = lists_.find(block_size)->second.freed_on[slot];
+  std::vector<std::uintptr_t>& freed = lists.freed_on[slot];
   if (freed.size() == bin_limit) {  // the older half goes (their blocks stay free in their pages)
     freed.erase(freed.begin(), freed.begin() + static_cast<std::ptrdiff_t>(bin_limit / 2));
   }
@@ -213,7 +213,7 @@ small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t byt
   p.free.clear();
   p.free.reserve(p.capacity);
   p.free_at.resize(p.capacity);
-  (void)lists_.try_emplace(block_size);
+  p.lists = &lists_.try_emplace(block_size).first->second;  // may throw: nothing changed yet (the node is dropped)
   page& added = pages_.insert(after, std::move(node))->second;
   page_bytes_ += size;
   list(address, added);  // unlisted by take_from when one block fills the page
@@ -246,7 +246,7 @@ std::optional<small_pages::retired_page> small_pages::give_back(std::uintptr_t a
   p.streams[index] = streams;
   if (was_full) { list(base, p); }
   if (std::has_single_bit(streams) && std::countr_zero(streams) < static_cast<int>(no_slot)) {
-    remember_free(p.block_size, static_cast<unsigned>(std::countr_zero(streams)), address);
+    remember_free(*p.lists, static_cast<unsigned>(std::countr_zero(streams)), address);
   }
   if (p.used != 0) { return std::nullopt; }
   // Kept until the owner's next heap operation, or until more pages are empty.

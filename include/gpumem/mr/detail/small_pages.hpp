@@ -159,7 +159,13 @@ class GPUMEM_EXPORT small_pages {
   void check_invariants() const;
 
  private:
+  /// A class's list of pages with room, and its blocks freed on one slot alone, per slot.
+  struct class_lists {
+    std::uintptr_t newest{};  // the head of its pages with room (0: none)
+    std::array<std::vector<std::uintptr_t>, no_slot> freed_on{};  // addresses, the newest last; may be stale
+  };
   struct page {
+    class_lists* lists{};  // its class's (a node of lists_: stays where it is)
     std::size_t bytes{};
     std::size_t block_size{};
     std::size_t capacity{};
@@ -173,11 +179,6 @@ class GPUMEM_EXPORT small_pages {
     std::uintptr_t newer{};                // neighbours in its class's list of pages with room (0: none)
     std::uintptr_t older{};
   };
-  /// A class's list of pages with room, and its blocks freed on one slot alone, per slot.
-  struct class_lists {
-    std::uintptr_t newest{};  // the head of its pages with room (0: none)
-    std::array<std::vector<std::uintptr_t>, no_slot> freed_on{};  // addresses, the newest last; may be stale
-  };
 
   [[nodiscard]] bool has_room(page const& p) const noexcept { return !p.free.empty() || p.carved < p.capacity; }
   /// The union of the streams of p's blocks (first_streams for the uncarved ones).
@@ -190,8 +191,8 @@ class GPUMEM_EXPORT small_pages {
   /// The newest still-valid block of `lists.freed_on[own]` (free, of class `block_size`, last freed on `own`
   /// alone), dropping the stale addresses above it; nullopt when none.
   [[nodiscard]] std::optional<block> take_own(class_lists& lists, std::size_t block_size, unsigned own);
-  /// Remembers that `address` of class `block_size` was freed on `slot` alone (never throws: a hint).
-  void remember_free(std::size_t block_size, unsigned slot, std::uintptr_t address) noexcept;
+  /// Remembers that `address` (a block of the class of `lists`) was freed on `slot` alone (never throws: a hint).
+  void remember_free(class_lists& lists, unsigned slot, std::uintptr_t address) noexcept;
   /// Puts the page at `address` first in its class's list of pages with room (the class's entry exists).
   void list(std::uintptr_t address, page& p) noexcept;
   /// Removes the page at `address` from its class's list of pages with room.
