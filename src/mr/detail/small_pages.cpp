@@ -108,8 +108,22 @@ void small_pages::list(std::uintptr_t address, page& p) noexcept
   std::uintptr_t& newest = p.lists->newest;
   p.newer = 0;
   p.older = newest;
-  if (newest != 0) { pages_.find(newest)->second.newer = address; }
+  if (newest != 0) {
+    page& previous = pages_.find(newest)->second;
+    previous.newer = address;
+    remember_top(newest, previous);  // no longer the block a take is given first
+  }
   newest = address;
+}
+
+void small_pages::remember_top(std::uintptr_t address, page const& p) noexcept
+{
+  if (p.free.empty()) { return; }
+  std::uint32_t const top = p.free.back();
+  std::uint64_t const streams = p.streams[top];
+  if (std::has_single_bit(streams) && std::countr_zero(streams) < static_cast<int>(no_slot)) {
+    remember_free(*p.lists, static_cast<unsigned>(std::countr_zero(streams)), address + top * p.block_size);
+  }
 }
 
 void small_pages::unlist(page& p) noexcept
@@ -237,7 +251,16 @@ std::optional<small_pages::retired_page> small_pages::give_back(std::uintptr_t a
     throw logic_error("small_pages: double free of " + hex(address) + ": the block is already free");
   }
   bool const was_full = !has_room(p);
-
+  // A stream's free is remembered when a take would not be given it first: it goes to a page other than the
+  // newest, or it covers the newest page's top block, or its page stops being the newest (list). So a
+  // single stream's loop remembers nothing.
+  if (!was_full && p.lists->newest != base) {
+    if (std::has_single_bit(streams) && std::countr_zero(streams) < static_cast<int>(no_slot)) {
+      remember_free(*p.lists, static_cast<unsigned>(std::countr_zero(streams)), address);
+    }
+  } else if (!p.free.empty() && p.streams[p.free.back()] != streams) {
+    remember_top(base, p);
+  }
   p.free_at[index] = static_cast<std::uint32_t>(p.free.size());
   p.free.push_back(static_cast<std::uint32_t>(index));  // capacity reserved at add_page: no throw
   set_bit(p.is_free, index, true);
@@ -245,9 +268,6 @@ std::optional<small_pages::retired_page> small_pages::give_back(std::uintptr_t a
   used_bytes_ -= p.block_size;
   p.streams[index] = streams;
   if (was_full) { list(base, p); }
-  if (std::has_single_bit(streams) && std::countr_zero(streams) < static_cast<int>(no_slot)) {
-    remember_free(*p.lists, static_cast<unsigned>(std::countr_zero(streams)), address);
-  }
   if (p.used != 0) { return std::nullopt; }
   // Kept until the owner's next heap operation, or until more pages are empty.
   empty_.push_back(base);  // capacity reserved at construction: no throw

@@ -30,8 +30,10 @@
  * gained room would hand out carries another stream (its user would wait for that stream's work), the
  * request is served instead by the block of its class that its own stream alone freed most recently, if one
  * is still free: a stream reuses its own frees without a wait while it has some. For that, each (class,
- * slot) keeps the addresses of the latest blocks freed on that slot alone (at most bin_limit, the newest
- * last; an address taken meanwhile, or freed again on other streams, is skipped when found). With one
+ * slot) keeps the addresses of the latest blocks freed on that slot alone that a take would not be given
+ * first (at most bin_limit, the newest last; an address taken meanwhile, or freed again on other streams, is
+ * skipped when found): a block freed into a page other than the newest, one that another stream's free
+ * covers on top of the newest page, and the top block of a page that stops being the newest. With one
  * stream, or where no wait is at stake, the order is the one above.
  *
  * Invariants (check_invariants()):
@@ -193,6 +195,8 @@ class GPUMEM_EXPORT small_pages {
   [[nodiscard]] std::optional<block> take_own(class_lists& lists, std::size_t block_size, unsigned own);
   /// Remembers that `address` (a block of the class of `lists`) was freed on `slot` alone (never throws: a hint).
   void remember_free(class_lists& lists, unsigned slot, std::uintptr_t address) noexcept;
+  /// Remembers the block on top of the free stack of the page at `address`, when one slot alone freed it.
+  void remember_top(std::uintptr_t address, page const& p) noexcept;
   /// Puts the page at `address` first in its class's list of pages with room (the class's entry exists).
   void list(std::uintptr_t address, page& p) noexcept;
   /// Removes the page at `address` from its class's list of pages with room.
