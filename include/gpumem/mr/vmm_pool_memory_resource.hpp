@@ -69,10 +69,11 @@
  * Stream-ordering: as device_memory_resource.hpp says. Memory freed on stream A is reused on A at once;
  * another stream B that takes it first waits (cudaStreamWaitEvent, no host synchronisation) on an event
  * recorded on A after the free (cross_stream_takes() counts these takes). A small request prefers a block its
- * own stream freed to one that would make it wait (small_pages.hpp); a large one takes the best fit. For the legacy default stream and announced streams (gpumem::cuda_stream:
- * before_stream_destroy.hpp) that event is recorded when B needs it, once per batch of frees, by B's call
- * after it released the mutex; an announced stream's event is recorded before it is destroyed, its
- * destruction waits for those records in flight, and the handle is then forgotten. Every
+ * own stream freed to one that would make it wait (small_pages.hpp); a large one takes the best fit. For the
+ * legacy default stream and announced streams (gpumem::cuda_stream: before_stream_destroy.hpp) that event is
+ * recorded when B needs it, once per batch of frees, by B's call after it released the mutex; an announced
+ * stream's event is recorded before it is destroyed, its destruction waits for those records in flight, and
+ * the handle is then forgotten. Every
  * other stream (the per-thread default stream, CuPy's, PyTorch's, cudaStreamCreate's) has its event
  * recorded at every free, during the call, so the pool never uses such a stream after the call that
  * passed it. Up to 63 streams are tracked at once; when all are taken, the slots whose frees have

@@ -169,7 +169,8 @@ std::optional<small_pages::block> small_pages::take_own(class_lists& lists, std:
     --it;
     page& p = it->second;
     std::size_t const offset = address - it->first;
-    if (p.block_size != block_size || offset >= p.bytes || offset % block_size != 0) { continue; }  // another page now
+    // The address may lie in a page retired since, or in another one in its place: it is no block of this class.
+    if (p.block_size != block_size || offset >= p.bytes || offset % block_size != 0) { continue; }
     std::size_t const index = offset / block_size;
     if (index < p.carved && test_bit(p.is_free, index) && p.streams[index] == (std::uint64_t{1} << own)) {
       return take_from(it->first, p, index);
@@ -362,7 +363,8 @@ void small_pages::check_invariants() const
   std::size_t listed = 0;
   for (auto const& [block_size, lists] : lists_) {
     std::uintptr_t const newest = lists.newest;
-    if (std::any_of(lists.freed_on.begin(), lists.freed_on.end(), [](auto const& f) { return f.size() > bin_limit; })) {
+    auto const over_limit = [](std::vector<std::uintptr_t> const& f) { return f.size() > bin_limit; };
+    if (std::any_of(lists.freed_on.begin(), lists.freed_on.end(), over_limit)) {
       fail("a bin of freed blocks holds more than " + std::to_string(bin_limit));
     }
     std::uintptr_t newer = 0;
