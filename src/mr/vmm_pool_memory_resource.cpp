@@ -228,12 +228,12 @@ cudaEvent_t vmm_pool_memory_resource::event_after_frees(unsigned i)
   return slot.event;
 }
 
-void vmm_pool_memory_resource::plan_waits(std::uint64_t mask, unsigned own, stream_waits& waits)
+void vmm_pool_memory_resource::plan_waits(std::uint64_t mask, cudaStream_t stream, stream_waits& waits)
 {
   waits.streams = mask;
   waits.count = 0;
   // A block of our own stream needs no wait; a stream beyond the slots never has one.
-  if (own < max_slots) { mask &= ~(std::uint64_t{1} << own); }
+  if (auto const own = find_slot(stream)) { mask &= ~(std::uint64_t{1} << *own); }
   if (mask != 0) { ++cross_stream_takes_; }
   while (mask != 0) {
     auto const i = static_cast<unsigned>(std::countr_zero(mask));
@@ -339,18 +339,16 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
 void* vmm_pool_memory_resource::try_take(std::size_t rounded, std::size_t size, cuda_stream_view stream,
                                          bool may_add_page, stream_waits& waits)
 {
-  // The slot of the requesting stream (max_slots: none yet): its own frees need no wait.
-  unsigned const own = find_slot(stream.value()).value_or(max_slots);
   if (size == 0) {
     retire_empty_pages();
     auto const taken = heap_->take(rounded);
     if (!taken) { return nullptr; }
-    if (taken->streams != 0) { plan_waits(taken->streams, own, waits); }
+    if (taken->streams != 0) { plan_waits(taken->streams, stream.value(), waits); }
     bytes_in_use_ += rounded;
     return reinterpret_cast<void*>(taken->address);
   }
-  if (auto const block = pages_->take(rounded, own < max_slots ? own : detail::small_pages::no_slot)) {
-    if (block->streams != 0) { plan_waits(block->streams, own, waits); }
+  if (auto const block = pages_->take(rounded)) {
+    if (block->streams != 0) { plan_waits(block->streams, stream.value(), waits); }
     return reinterpret_cast<void*>(block->address);
   }
   if (!may_add_page) { return nullptr; }
@@ -366,7 +364,7 @@ void* vmm_pool_memory_resource::try_take(std::size_t rounded, std::size_t size, 
     throw;
   }
   bytes_in_use_ += page;  // the heap's view: the whole page is in use
-  if (block.streams != 0) { plan_waits(block.streams, own, waits); }
+  if (block.streams != 0) { plan_waits(block.streams, stream.value(), waits); }
   return reinterpret_cast<void*>(block.address);
 }
 

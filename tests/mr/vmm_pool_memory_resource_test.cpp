@@ -408,46 +408,25 @@ TEST(vmm_pool_memory_resource, grows_and_shrinks_the_devices_free_memory)
   pool.deallocate(p, block, stream.get());
 }
 
-// Two streams allocate and free small blocks of one class in turns: each reuses the blocks it freed itself,
-// so no allocation makes its stream wait for the other's work, though the other freed into the same page last.
-TEST(vmm_pool_memory_resource, small_blocks_a_stream_freed_serve_that_stream_before_blocks_of_another)
+TEST(vmm_pool_memory_resource, cross_stream_takes_counts_the_allocations_that_wait_on_another_stream)
 {
-  vmm_pool_memory_resource pool{slabs_of(granule)};
   cuda_stream a{cuda_stream::flags::non_blocking};
   cuda_stream b{cuda_stream::flags::non_blocking};
-  constexpr std::size_t block = 4 * KiB;
-  std::vector<void*> of_a;
-  std::vector<void*> of_b;
-  for (int i = 0; i < 8; ++i) {
-    of_a.push_back(pool.allocate(block, a.view()));
-    of_b.push_back(pool.allocate(block, b.view()));
+  for (std::size_t const bytes : {std::size_t{4} * KiB, std::size_t{1} * MiB}) {  // from a page, from the heap
+    vmm_pool_memory_resource pool{slabs_of(granule)};
+    std::size_t const before = pool.cross_stream_takes();
+    EXPECT_EQ(before, 0U);
+    void* const p = pool.allocate(bytes, a.view());
+    pool.deallocate(p, bytes, a.view());
+    void* const again = pool.allocate(bytes, a.view());
+    EXPECT_EQ(pool.cross_stream_takes(), before) << bytes << " bytes: its own free needs no wait";
+    pool.deallocate(again, bytes, a.view());
+    void* const other = pool.allocate(bytes, b.view());
+    EXPECT_EQ(other, again);
+    EXPECT_EQ(pool.cross_stream_takes(), before + 1) << bytes << " bytes: a's free, taken on b";
+    pool.deallocate(other, bytes, b.view());
+    pool.check_invariants();
   }
-  std::size_t const cross_before = pool.cross_stream_takes();
-  for (int round = 0; round < 50; ++round) {
-    for (std::size_t i = 0; i < 4; ++i) {  // a frees, then b frees into the same page: b's block is on top
-      pool.deallocate(of_a[i], block, a.view());
-      pool.deallocate(of_b[i], block, b.view());
-    }
-    for (std::size_t i = 0; i < 4; ++i) {
-      of_a[i] = pool.allocate(block, a.view());
-      of_b[i] = pool.allocate(block, b.view());
-    }
-  }
-  EXPECT_EQ(pool.cross_stream_takes(), cross_before) << "a stream took a block the other stream freed";
-  for (std::size_t i = 0; i < of_a.size(); ++i) {
-    pool.deallocate(of_a[i], block, a.view());
-    pool.deallocate(of_b[i], block, b.view());
-  }
-  pool.check_invariants();
-  // With nothing of its own free, a stream takes what the other freed, and waits for it (counted).
-  void* const x = pool.allocate(block, a.view());
-  void* const y = pool.allocate(block, a.view());
-  pool.deallocate(x, block, a.view());
-  pool.deallocate(y, block, a.view());
-  cuda_stream c{cuda_stream::flags::non_blocking};
-  void* const z = pool.allocate(block, c.view());
-  EXPECT_EQ(pool.cross_stream_takes(), cross_before + 1) << "a block of stream a taken on stream c";
-  pool.deallocate(z, block, c.view());
 }
 
 TEST(vmm_pool_memory_resource, free_ranges_coalesce_across_growths)

@@ -68,15 +68,13 @@
  * released, so threads on different streams make them in parallel.
  * Stream-ordering: as device_memory_resource.hpp says. Memory freed on stream A is reused on A at once;
  * another stream B that takes it first waits (cudaStreamWaitEvent, no host synchronisation) on an event
- * recorded on A after the free (cross_stream_takes() counts these takes). A small request prefers a block its
- * own stream freed to one that would make it wait (small_pages.hpp); a large one takes the best fit. For the
- * legacy default stream and announced streams (gpumem::cuda_stream: before_stream_destroy.hpp) that event is
- * recorded when B needs it, once per batch of frees, by B's call after it released the mutex; an announced
- * stream's event is recorded before it is destroyed, its destruction waits for those records in flight, and
- * the handle is then forgotten. Every
- * other stream (the per-thread default stream, CuPy's, PyTorch's, cudaStreamCreate's) has its event
- * recorded at every free, during the call, so the pool never uses such a stream after the call that
- * passed it. Up to 63 streams are tracked at once; when all are taken, the slots whose frees have
+ * recorded on A after the free (cross_stream_takes() counts these takes). For the legacy default stream and
+ * announced streams (gpumem::cuda_stream: before_stream_destroy.hpp) that event is recorded when B needs it,
+ * once per batch of frees, by B's call after it released the mutex; an announced stream's event is recorded
+ * before it is destroyed, its destruction waits for those records in flight, and the handle is then
+ * forgotten. Every other stream (the per-thread default stream, CuPy's, PyTorch's, cudaStreamCreate's) has
+ * its event recorded at every free, during the call, so the pool never uses such a stream after the call
+ * that passed it. Up to 63 streams are tracked at once; when all are taken, the slots whose frees have
  * completed (an event query) come free, and only when none has does a deallocation on a further stream
  * synchronise that stream first.
  * Double frees: a block that overlaps a free range, or a small block already free in its page, is refused
@@ -306,9 +304,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// stream waits the block needs before `stream` may use it (wait_for_frees). Lock held.
   void* try_take(std::size_t rounded, std::size_t size, cuda_stream_view stream, bool may_add_page,
                  stream_waits& waits) GPUMEM_REQUIRES(mutex_);
-  /// The waits that the stream of slot `own` (max_slots: a stream without one) needs for a block last freed
-  /// on the slots of `mask`, counted as held. Lock held.
-  void plan_waits(std::uint64_t mask, unsigned own, stream_waits& waits) GPUMEM_REQUIRES(mutex_);
+  /// The waits `stream` needs for a block last freed on the slots of `mask`, counted as held (and in
+  /// cross_stream_takes when there is one). Lock held.
+  void plan_waits(std::uint64_t mask, cudaStream_t stream, stream_waits& waits) GPUMEM_REQUIRES(mutex_);
   /// Makes the planned waits (records and cudaStreamWaitEvent), without the lock. When one fails, the block
   /// at `block` (small, or `heap_bytes` bytes from the heap) goes back with its streams and it rethrows.
   void wait_for_frees(stream_waits const& waits, void* block, std::size_t heap_bytes, cudaStream_t stream)

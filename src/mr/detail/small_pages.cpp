@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <new>
 #include <string>
 
 namespace gpumem::detail {
@@ -75,18 +74,10 @@ std::size_t small_pages::page_bytes_for(std::size_t block_size) const noexcept
   return (wanted + block_size - 1) / block_size * block_size;
 }
 
-small_pages::block small_pages::take_from(std::uintptr_t address, page& p, std::optional<std::size_t> chosen)
+small_pages::block small_pages::take_from(std::uintptr_t address, page& p)
 {
   std::size_t index = 0;
-  if (chosen) {  // a free block out of the middle of the stack: the top takes its place
-    index = *chosen;
-    std::uint32_t const at = p.free_at[index];
-    std::uint32_t const top = p.free.back();
-    p.free[at] = top;
-    p.free_at[top] = at;
-    p.free.pop_back();
-    set_bit(p.is_free, index, false);
-  } else if (!p.free.empty()) {
+  if (!p.free.empty()) {
     index = p.free.back();
     p.free.pop_back();
     set_bit(p.is_free, index, false);
@@ -105,25 +96,11 @@ small_pages::block small_pages::take_from(std::uintptr_t address, page& p, std::
 
 void small_pages::list(std::uintptr_t address, page& p) noexcept
 {
-  std::uintptr_t& newest = p.lists->newest;
+  std::uintptr_t& newest = newest_with_room_.find(p.block_size)->second;
   p.newer = 0;
   p.older = newest;
-  if (newest != 0) {
-    page& previous = pages_.find(newest)->second;
-    previous.newer = address;
-    remember_top(newest, previous);  // no longer the block a take is given first
-  }
+  if (newest != 0) { pages_.find(newest)->second.newer = address; }
   newest = address;
-}
-
-void small_pages::remember_top(std::uintptr_t address, page const& p) noexcept
-{
-  if (p.free.empty()) { return; }
-  std::uint32_t const top = p.free.back();
-  std::uint64_t const streams = p.streams[top];
-  if (std::has_single_bit(streams) && std::countr_zero(streams) < static_cast<int>(no_slot)) {
-    remember_free(*p.lists, static_cast<unsigned>(std::countr_zero(streams)), address + top * p.block_size);
-  }
 }
 
 void small_pages::unlist(page& p) noexcept
@@ -131,66 +108,19 @@ void small_pages::unlist(page& p) noexcept
   if (p.newer != 0) {
     pages_.find(p.newer)->second.older = p.older;
   } else {
-    p.lists->newest = p.older;
+    newest_with_room_.find(p.block_size)->second = p.older;
   }
   if (p.older != 0) { pages_.find(p.older)->second.newer = p.newer; }
   p.newer = 0;
   p.older = 0;
 }
 
-std::uint64_t small_pages::next_streams(page const& p) noexcept
+std::optional<small_pages::block> small_pages::take(std::size_t bytes)
 {
-  return p.free.empty() ? p.first_streams : p.streams[p.free.back()];
-}
-
-std::optional<small_pages::block> small_pages::take(std::size_t bytes, unsigned own)
-{
-  std::size_t const block_size = class_of(bytes);
-  auto const lists = lists_.find(block_size);
-  if (lists == lists_.end() || lists->second.newest == 0) { return std::nullopt; }
-  std::uintptr_t const newest = lists->second.newest;
-  page& first = pages_.at(newest);
-  // The page that most recently gained room, unless its next block would make `own` wait for another stream
-  // and `own` freed a block of this class that is still free.
-  if (own < no_slot && (next_streams(first) & ~(std::uint64_t{1} << own)) != 0) {
-    if (auto const mine = take_own(lists->second, block_size, own)) { return mine; }
-  }
-  return take_from(newest, first);
-}
-
-std::optional<small_pages::block> small_pages::take_own(class_lists& lists, std::size_t block_size, unsigned own)
-{
-  std::vector<std::uintptr_t>& freed = lists.freed_on[own];
-  while (!freed.empty()) {
-    std::uintptr_t const address = freed.back();
-    freed.pop_back();
-    auto it = pages_.upper_bound(address);
-    if (it == pages_.begin()) { continue; }
-    --it;
-    page& p = it->second;
-    std::size_t const offset = address - it->first;
-    // The address may lie in a page retired since, or in another one in its place: it is no block of this class.
-    if (p.block_size != block_size || offset >= p.bytes || offset % block_size != 0) { continue; }
-    std::size_t const index = offset / block_size;
-    if (index < p.carved && test_bit(p.is_free, index) && p.streams[index] == (std::uint64_t{1} << own)) {
-      return take_from(it->first, p, index);
-    }
-  }
-  return std::nullopt;
-}
-
-void small_pages::remember_free(class_lists& lists, unsigned slot, std::uintptr_t address) noexcept
-{
-  std::vector<std::uintptr_t>& freed = lists.freed_on[slot];
-  if (freed.size() == bin_limit) {  // the older half goes (their blocks stay free in their pages)
-    freed.erase(freed.begin(), freed.begin() + static_cast<std::ptrdiff_t>(bin_limit / 2));
-  }
-  try {
-    if (freed.capacity() == 0) { freed.reserve(bin_limit); }
-  } catch (std::bad_alloc const&) {
-    return;  // no room to remember it: only the preference is lost
-  }
-  freed.push_back(address);  // within the capacity reserved: no throw
+  auto const newest = newest_with_room_.find(class_of(bytes));
+  if (newest == newest_with_room_.end() || newest->second == 0) { return std::nullopt; }
+  std::uintptr_t const address = newest->second;
+  return take_from(address, pages_.at(address));
 }
 
 small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t bytes, std::uint64_t streams)
@@ -227,8 +157,7 @@ small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t byt
   p.is_free.assign((p.capacity + 63) / 64, 0);
   p.free.clear();
   p.free.reserve(p.capacity);
-  p.free_at.resize(p.capacity);
-  p.lists = &lists_.try_emplace(block_size).first->second;  // may throw: nothing changed yet (the node is dropped)
+  (void)newest_with_room_.try_emplace(block_size, 0);
   page& added = pages_.insert(after, std::move(node))->second;
   page_bytes_ += size;
   list(address, added);  // unlisted by take_from when one block fills the page
@@ -252,17 +181,7 @@ std::optional<small_pages::retired_page> small_pages::give_back(std::uintptr_t a
     throw logic_error("small_pages: double free of " + hex(address) + ": the block is already free");
   }
   bool const was_full = !has_room(p);
-  // A stream's free is remembered when a take would not be given it first: it goes to a page other than the
-  // newest, or it covers the newest page's top block, or its page stops being the newest (list). So a
-  // single stream's loop remembers nothing.
-  if (!was_full && p.lists->newest != base) {
-    if (std::has_single_bit(streams) && std::countr_zero(streams) < static_cast<int>(no_slot)) {
-      remember_free(*p.lists, static_cast<unsigned>(std::countr_zero(streams)), address);
-    }
-  } else if (!p.free.empty() && p.streams[p.free.back()] != streams) {
-    remember_top(base, p);
-  }
-  p.free_at[index] = static_cast<std::uint32_t>(p.free.size());
+
   p.free.push_back(static_cast<std::uint32_t>(index));  // capacity reserved at add_page: no throw
   set_bit(p.is_free, index, true);
   --p.used;
@@ -352,21 +271,14 @@ void small_pages::check_invariants() const
     std::size_t set = 0;
     for (std::size_t i = 0; i < p.capacity; ++i) { set += test_bit(p.is_free, i) ? 1 : 0; }
     if (set != p.free.size()) { fail("the page at " + hex(address) + ": the bitmap disagrees with the free list"); }
-    for (std::size_t at = 0; at < p.free.size(); ++at) {
-      std::uint32_t const i = p.free[at];
+    for (std::uint32_t const i : p.free) {
       if (i >= p.carved || !test_bit(p.is_free, i)) { fail("the page at " + hex(address) + ": a bad free index"); }
-      if (p.free_at[i] != at) { fail("the page at " + hex(address) + ": a free block's position is wrong"); }
     }
     bytes += p.bytes;
     used += p.used * p.block_size;
   }
   std::size_t listed = 0;
-  for (auto const& [block_size, lists] : lists_) {
-    std::uintptr_t const newest = lists.newest;
-    auto const over_limit = [](std::vector<std::uintptr_t> const& f) { return f.size() > bin_limit; };
-    if (std::any_of(lists.freed_on.begin(), lists.freed_on.end(), over_limit)) {
-      fail("a bin of freed blocks holds more than " + std::to_string(bin_limit));
-    }
+  for (auto const& [block_size, newest] : newest_with_room_) {
     std::uintptr_t newer = 0;
     for (std::uintptr_t at = newest; at != 0;) {
       auto const it = pages_.find(at);

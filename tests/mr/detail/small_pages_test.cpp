@@ -5,7 +5,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <array>
 #include <bit>
 #include <cstdint>
 #include <map>
@@ -196,73 +195,23 @@ TEST(small_pages, more_empty_pages_than_the_limit_retire_the_oldest)
   pages.check_invariants();
 }
 
-TEST(small_pages, a_stream_reuses_its_own_frees_before_the_page_another_stream_freed_into_last)
-{
-  small_pages pages{{}};
-  std::size_t const page = pages.page_bytes_for(4 * KiB);
-  auto const a = pages.add_page(base, 4 * KiB, 0);
-  auto const b = pages.add_page(base + page, 4 * KiB, 0);
-  EXPECT_FALSE(pages.give_back(a.address, 0b01));  // stream 0 frees into the first page
-  EXPECT_FALSE(pages.give_back(b.address, 0b10));  // then stream 1 into the second
-  auto const for_zero = pages.take(4 * KiB, 0);
-  ASSERT_TRUE(for_zero);
-  EXPECT_EQ(for_zero->address, a.address) << "stream 0's own free, not the page that gained room last";
-  EXPECT_EQ(for_zero->streams, 0b01U) << "no wait on stream 1";
-  auto const for_one = pages.take(4 * KiB, 1);
-  ASSERT_TRUE(for_one);
-  EXPECT_EQ(for_one->address, b.address);
-  EXPECT_EQ(for_one->streams, 0b10U);
-  pages.check_invariants();
-  // With no free block of its own, a stream takes from the page that most recently gained room: its uncarved
-  // blocks carry the heap range's streams (none here).
-  auto const for_two = pages.take(4 * KiB, 2);
-  ASSERT_TRUE(for_two);
-  EXPECT_EQ(for_two->streams, 0U);
-  pages.check_invariants();
-}
-
-TEST(small_pages, a_block_freed_on_two_streams_at_once_is_neither_streams_own)
-{
-  small_pages pages{{}};
-  auto const a = pages.add_page(base, 4 * KiB, 0);
-  EXPECT_FALSE(pages.give_back(a.address, 0b11));
-  auto const taken = pages.take(4 * KiB, 0);
-  ASSERT_TRUE(taken);
-  EXPECT_EQ(taken->address, a.address) << "the only block of the class: served, with both streams to wait for";
-  EXPECT_EQ(taken->streams, 0b11U);
-  pages.check_invariants();
-}
-
 // 200 000 random steps against a model: live blocks never overlap, lie in owned pages, the byte counts agree,
-// every block carries the streams of its last free (or of its page's heap range), pages come from a simulated
-// heap and retire to it (kept empty pages before every heap operation, as the owner does); requests and frees
-// come from five streams, one of them without a slot; invariants after every step of the first 20 000.
+// pages come from a simulated heap and retire to it (kept empty pages before every heap operation, as the owner
+// does); invariants after every step of the first 20 000.
 TEST(small_pages, random_steps_agree_with_a_model)
 {
   small_pages pages{{.small_limit = 128 * KiB, .min_page_bytes = 64 * KiB}};
   std::map<std::size_t, std::vector<std::uintptr_t>> heap_free;  // page bytes -> retired page addresses
   std::uintptr_t heap_top = base;
   std::map<std::uintptr_t, std::size_t> live;  // address -> class
-  std::map<std::uintptr_t, std::uint64_t> freed_on;  // address of a block freed once -> the streams of that free
   std::size_t live_bytes = 0;
   std::mt19937_64 rng{12345};
   std::size_t retired = 0;
-  std::size_t own_takes = 0;      // blocks last freed on the requesting stream alone
-  std::size_t foreign_takes = 0;  // blocks last freed on another stream (a wait)
-  std::array<std::uint64_t, 6> const free_masks{0, 0b1, 0b10, 0b100, 0b1000, 0b11};
   for (int step = 0; step < 200'000; ++step) {
     if (live.empty() || (live.size() < 3000 && rng() % 100 < 52)) {
       std::size_t const bytes = 256 + rng() % (128 * KiB - 255);
       std::size_t const cls = pages.class_of(bytes);
-      auto const own = static_cast<unsigned>(rng() % 5);  // 4: a stream without a slot
-      auto b = pages.take(bytes, own < 4 ? own : small_pages::no_slot);
-      if (b) {
-        auto const last = freed_on.find(b->address);
-        if (last != freed_on.end()) { ASSERT_EQ(b->streams, last->second) << "the streams of its last free"; }
-        if (own < 4 && b->streams != 0) {
-          (b->streams == (std::uint64_t{1} << own) ? own_takes : foreign_takes) += 1;
-        }
-      }
+      auto b = pages.take(bytes);
       if (!b) {
         while (auto const r = pages.retire_empty_page()) {  // before the heap operation
           ++retired;
@@ -278,12 +227,7 @@ TEST(small_pages, random_steps_agree_with_a_model)
           address = heap_top;
           heap_top += page;
         }
-        // A retired page's blocks start afresh: their last frees are forgotten with the page.
-        for (auto it = freed_on.lower_bound(address); it != freed_on.end() && it->first < address + page;) {
-          it = freed_on.erase(it);
-        }
         b = pages.add_page(address, bytes, 0);
-        EXPECT_EQ(b->streams, 0U);
       }
       auto const after = live.lower_bound(b->address);
       ASSERT_TRUE(after == live.end() || after->first >= b->address + cls) << "overlaps the next live block";
@@ -295,9 +239,7 @@ TEST(small_pages, random_steps_agree_with_a_model)
     } else {
       auto it = live.begin();
       std::advance(it, static_cast<std::ptrdiff_t>(rng() % live.size()));
-      std::uint64_t const mask = free_masks[rng() % free_masks.size()];
-      freed_on[it->first] = mask;
-      if (auto const r = pages.give_back(it->first, mask)) {
+      if (auto const r = pages.give_back(it->first, 0)) {
         ++retired;
         ASSERT_FALSE(pages.owns(r->address));
         heap_free[r->bytes].push_back(r->address);
@@ -309,9 +251,6 @@ TEST(small_pages, random_steps_agree_with_a_model)
     if (step < 20'000 || step % 1000 == 0) { pages.check_invariants(); }
   }
   EXPECT_GT(retired, 100U) << "pages retire along the way";
-  // Frees here come from random streams, so many blocks of a page carry others' streams; without the
-  // preference, own takes were a quarter of foreign ones.
-  EXPECT_GT(2 * own_takes, foreign_takes) << "streams reuse their own frees first";
   for (auto const& [address, cls] : live) { (void)pages.give_back(address, 0); }
   EXPECT_EQ(pages.page_count(), pages.empty_page_count()) << "only kept empty pages stay";
   while (pages.retire_empty_page()) {}

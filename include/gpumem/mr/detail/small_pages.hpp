@@ -26,15 +26,6 @@
  * Streams: each block carries the 64-bit mask of the streams (the owner's slots) of its last free (a block
  * never used yet: the mask of the heap range its page came from); a block taken carries its mask, so the
  * owner orders the new user after that free. A retired page hands the union of its blocks' masks to the heap.
- * A request names its own stream's slot (take's `own`). When the block that the page that most recently
- * gained room would hand out carries another stream (its user would wait for that stream's work), the
- * request is served instead by the block of its class that its own stream alone freed most recently, if one
- * is still free: a stream reuses its own frees without a wait while it has some. For that, each (class,
- * slot) keeps the addresses of the latest blocks freed on that slot alone that a take would not be given
- * first (at most bin_limit, the newest last; an address taken meanwhile, or freed again on other streams, is
- * skipped when found): a block freed into a page other than the newest, one that another stream's free
- * covers on top of the newest page, and the top block of a page that stops being the newest. With one
- * stream, or where no wait is at stake, the order is the one above.
  *
  * Invariants (check_invariants()):
  *   pages do not overlap; a page's size is page_bytes_for(its class), a multiple of its class;
@@ -42,11 +33,9 @@
  *   used + free + uncarved == capacity; a page has used == 0 iff it is kept empty, and then it is in the list
  *   of kept empty pages, which holds at most empty_limit pages;
  *   a page is in its class's list of pages with room (a doubly linked list) iff it has room;
-  *   a free block's entry in its page's free stack is where its position says;
  *   used_bytes() == sum of used * class, page_bytes() == sum of page sizes.
  *
- * Costs: take, give_back O(log p) for p pages (a take that skips k stale addresses of its stream's bin:
- * O((k + 1) log p), each address skipped once). add_page O(log p + capacity / 64), and no heap allocation when
+ * Costs: take, give_back O(log p) for p pages. add_page O(log p + capacity / 64), and no heap allocation when
  * one of the last retired pages (up to 16 are kept as spare nodes, without memory of the heap) had at least as
  * many blocks; retiring a page O(log p + carved blocks). Thread-safety: none; the owner locks around every call.
  */
@@ -54,7 +43,6 @@
 
 #include <gpumem/export.hpp>
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -68,10 +56,6 @@ class GPUMEM_EXPORT small_pages {
  public:
   /// Empty pages kept until the owner's next heap operation.
   static constexpr std::size_t empty_limit = 4;
-  /// take's `own` when the requesting stream has no slot.
-  static constexpr unsigned no_slot = 64;
-  /// The most addresses of blocks freed on one slot that a class remembers (the file comment).
-  static constexpr std::size_t bin_limit = 64;
 
   /** @brief The shape of the pages. */
   struct options {
@@ -106,16 +90,13 @@ class GPUMEM_EXPORT small_pages {
   [[nodiscard]] std::size_t page_bytes_for(std::size_t block_size) const noexcept;
 
   /**
-   * @brief A block of class_of(bytes) from the page that most recently gained room (a new page, or a full one
-   * a block was freed in): blocks are reused where they were freed, and other pages may drain and retire. On
-   * the PyTorch logs this order kept the peak lower than taking the lowest address. But when that block
-   * carries a stream other than `own`, the block of the class that `own` alone freed most recently, if one
-   * is free (the file comment).
-   * @param own the slot of the requesting stream (0 to 63), or no_slot.
+   * @brief A block of class_of(bytes) from the page that most recently gained room (a new page, or a full
+   * one a block was freed in): blocks are reused where they were freed, and other pages may drain and retire.
+   * On the PyTorch logs this order kept the peak lower than taking the lowest address.
    * @return nullopt when no page of that class has room: take page_bytes_for(class_of(bytes)) from the heap
    *         and call add_page.
    */
-  [[nodiscard]] std::optional<block> take(std::size_t bytes, unsigned own = no_slot);
+  [[nodiscard]] std::optional<block> take(std::size_t bytes);
 
   /**
    * @brief Adds a page at `address` for requests of `bytes`, and takes its first block (returned).
@@ -161,13 +142,7 @@ class GPUMEM_EXPORT small_pages {
   void check_invariants() const;
 
  private:
-  /// A class's list of pages with room, and its blocks freed on one slot alone, per slot.
-  struct class_lists {
-    std::uintptr_t newest{};  // the head of its pages with room (0: none)
-    std::array<std::vector<std::uintptr_t>, no_slot> freed_on{};  // addresses, the newest last; may be stale
-  };
   struct page {
-    class_lists* lists{};  // its class's (a node of lists_: stays where it is)
     std::size_t bytes{};
     std::size_t block_size{};
     std::size_t capacity{};
@@ -176,7 +151,6 @@ class GPUMEM_EXPORT small_pages {
     std::uint64_t first_streams{};         // the streams of the heap range the page came from
     std::vector<std::uint64_t> streams;   // per carved block: the streams of its last free
     std::vector<std::uint32_t> free;       // indices of free carved blocks (a stack)
-    std::vector<std::uint32_t> free_at;    // per carved block that is free: its position in `free`
     std::vector<std::uint64_t> is_free;    // bitmap over [0, capacity): carved and free
     std::uintptr_t newer{};                // neighbours in its class's list of pages with room (0: none)
     std::uintptr_t older{};
@@ -187,26 +161,16 @@ class GPUMEM_EXPORT small_pages {
   [[nodiscard]] static std::uint64_t streams_of(page const& p) noexcept;
   /// Forgets the kept empty page at `it` (already out of the list of empty pages). @return it, to retire.
   retired_page retire(std::map<std::uintptr_t, page>::iterator it) noexcept;
-  /// A block of `p` (which has room): the one at `index` of its free blocks when given, else the top of its
-  /// free stack or an uncarved one; unlists `p` when that fills it.
-  block take_from(std::uintptr_t address, page& p, std::optional<std::size_t> index = std::nullopt);
-  /// The newest still-valid block of `lists.freed_on[own]` (free, of class `block_size`, last freed on `own`
-  /// alone), dropping the stale addresses above it; nullopt when none.
-  [[nodiscard]] std::optional<block> take_own(class_lists& lists, std::size_t block_size, unsigned own);
-  /// Remembers that `address` (a block of the class of `lists`) was freed on `slot` alone (never throws: a hint).
-  void remember_free(class_lists& lists, unsigned slot, std::uintptr_t address) noexcept;
-  /// Remembers the block on top of the free stack of the page at `address`, when one slot alone freed it.
-  void remember_top(std::uintptr_t address, page const& p) noexcept;
+  /// A block of `p` (which has room); unlists `p` when that fills it.
+  block take_from(std::uintptr_t address, page& p);
   /// Puts the page at `address` first in its class's list of pages with room (the class's entry exists).
   void list(std::uintptr_t address, page& p) noexcept;
   /// Removes the page at `address` from its class's list of pages with room.
   void unlist(page& p) noexcept;
-  /// The streams of the block p hands out next (p has room).
-  [[nodiscard]] static std::uint64_t next_streams(page const& p) noexcept;
 
   options options_;
   std::map<std::uintptr_t, page> pages_;                           // by address
-  std::map<std::size_t, class_lists> lists_;  // class -> its lists
+  std::map<std::size_t, std::uintptr_t> newest_with_room_;  // class -> the head of its pages with room (0: none)
   static constexpr std::size_t spare_limit = 16;
   std::vector<std::uintptr_t> empty_;  // kept empty pages, oldest first
   std::vector<std::map<std::uintptr_t, page>::node_type> spare_;  // retired pages' nodes, kept for reuse
