@@ -145,15 +145,8 @@ vmm_pool_memory_resource::~vmm_pool_memory_resource()
 std::optional<unsigned> vmm_pool_memory_resource::find_slot(cudaStream_t stream) const noexcept
 {
   std::uint64_t const thread = is_per_thread_default(stream) ? detail::this_thread_token() : 0;
-  if (last_found_ < slots_.size()) {  // a loop on one stream
-    stream_slot const& last = slots_[last_found_];
-    if (last.in_use && last.stream == stream && last.thread == thread) { return last_found_; }
-  }
   for (unsigned i = 0; i < slots_.size(); ++i) {
-    if (slots_[i].in_use && slots_[i].stream == stream && slots_[i].thread == thread) {
-      last_found_ = i;
-      return i;
-    }
+    if (slots_[i].in_use && slots_[i].stream == stream && slots_[i].thread == thread) { return i; }
   }
   return std::nullopt;
 }

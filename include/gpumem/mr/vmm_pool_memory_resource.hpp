@@ -376,7 +376,6 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::size_t reservation_size_{};
   std::unique_ptr<detail::virtual_heap> heap_ GPUMEM_PT_GUARDED_BY(mutex_);
   std::vector<stream_slot> slots_ GPUMEM_GUARDED_BY(mutex_);  // index = bit in the heap's masks
-  mutable unsigned last_found_ GPUMEM_GUARDED_BY(mutex_){0};  // the slot find_slot found last, checked first
   std::array<stream_progress, 64> progress_;  // per slot; atomics, read and written without the lock
   /// The old mapping of a moved piece, unmapped once the streams that freed memory there are done (its slots
   /// count it as a holder, so they keep their events meanwhile).
