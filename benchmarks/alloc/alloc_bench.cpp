@@ -31,7 +31,8 @@
 // bytes; for sub-allocators, peak_upstream_bytes (bytes taken from the cuda_memory_resource below, through
 // mr::statistics_resource_adaptor) and fragmentation = peak_upstream_bytes / peak_live_bytes; in random_mt and
 // random_streams, for resources that count them (vmm), cross_stream_share = the share of the timed allocations
-// that took a block another stream freed (each makes its stream wait for that one).
+// that took a block another stream freed (each makes its stream wait for that one), and waits_per_cross_take
+// = how many other streams such an allocation waits for on average (the streams of the pieces it is cut from).
 
 #include "../common/bench_support.hpp"
 #include "../common/resource_registry.hpp"
@@ -296,6 +297,7 @@ void bm_random_mt(benchmark::State& state, std::string const& id, std::string co
     }
     double total_seconds = 0;
     std::optional<std::size_t> const cross_before = ctx.resource.cross_stream_takes();
+    std::optional<std::size_t> const waits_before = ctx.resource.cross_stream_waits();
     for (auto _ : state) {
       double const seconds = run_sequences(team, resource, streams, seqs, slots, error, per_thread);
       state.SetIterationTime(seconds);
@@ -319,6 +321,12 @@ void bm_random_mt(benchmark::State& state, std::string const& id, std::string co
       // The share of the timed allocations that took a block another stream freed (each a stream wait).
       state.counters["cross_stream_share"] = static_cast<double>(*cross - *cross_before) /
                                              (static_cast<double>(allocations) * static_cast<double>(state.iterations()));
+      std::optional<std::size_t> const waits = ctx.resource.cross_stream_waits();
+      if (waits && waits_before && *cross > *cross_before) {
+        // How many other streams such an allocation waits for, on average.
+        state.counters["waits_per_cross_take"] = static_cast<double>(*waits - *waits_before) /
+                                                 static_cast<double>(*cross - *cross_before);
+      }
     }
     if (per_thread == 1 && threads == 1) {  // random_streams has no speedup figure: its 1-thread peer has one stream
       g_one_thread_ns_per_op[resource_name] = ns_per_op;

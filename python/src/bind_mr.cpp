@@ -358,6 +358,9 @@ registration const resources{binding_order::resources, "mr", [](py::module_& m) 
   vmm.def_property_readonly("cross_stream_takes", &mr::vmm_pool_memory_resource::cross_stream_takes,
                             "Allocations that took a block freed on another stream, and so made their stream "
                             "wait for that stream's work (on the device).");
+  vmm.def_property_readonly("cross_stream_waits", &mr::vmm_pool_memory_resource::cross_stream_waits,
+                            "The stream waits those allocations made: one per other stream that freed a piece "
+                            "of the block.");
 
   py::class_<mr::arena_memory_resource, device_memory_resource> arena(
     sub, "ArenaMemoryResource",

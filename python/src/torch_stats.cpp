@@ -151,6 +151,7 @@ py::dict stats_dict(int device)
     d["slabs_released"] = vmm->slabs_released();
     d["slabs_moved"] = vmm->slabs_moved();
     d["cross_stream_takes"] = vmm->cross_stream_takes();
+    d["cross_stream_waits"] = vmm->cross_stream_waits();
     d["free_bytes"] = vmm->free_bytes();
     d["largest_free_block"] = vmm->largest_free_block();
     d["maximum_physical_size"] = vmm->maximum_physical_size();

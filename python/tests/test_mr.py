@@ -335,7 +335,7 @@ def test_vmm_pool_counts_the_blocks_a_stream_takes_from_another_streams_frees():
     assert pool.cross_stream_takes == 0
     pool.deallocate(again, 4096, first)
     other = pool.allocate(4096, second)  # the block first freed: second waits for first's work
-    assert other == ptr and pool.cross_stream_takes == 1
+    assert other == ptr and pool.cross_stream_takes == 1 and pool.cross_stream_waits == 1
     pool.deallocate(other, 4096, second)
 
 

@@ -110,6 +110,7 @@ def test_statistics_count_exactly_what_the_hooks_allocated_and_freed(hooks):
     assert stats["gpumem.resource"] == "vmm" and stats["gpumem.slab_size"] == 2 * MiB
     assert stats["num_device_alloc"] == pool.slabs_created and stats["gpumem.slabs_moved"] == pool.slabs_moved
     assert stats["gpumem.cross_stream_takes"] == pool.cross_stream_takes
+    assert stats["gpumem.cross_stream_waits"] == pool.cross_stream_waits
     assert gpumem.torch.memory_allocated(0) == 1256
     assert gpumem.torch.max_memory_allocated() == sum(sizes)
     assert gpumem.torch.memory_reserved("cuda:0") == 4 * MiB

@@ -227,7 +227,10 @@ void vmm_pool_memory_resource::plan_waits(std::uint64_t mask, cudaStream_t strea
   waits.count = 0;
   // A block of our own stream needs no wait; a stream beyond the slots never has one.
   if (auto const own = find_slot(stream)) { mask &= ~(std::uint64_t{1} << *own); }
-  if (mask != 0) { ++cross_stream_takes_; }
+  if (mask != 0) {
+    ++cross_stream_takes_;
+    cross_stream_waits_ += static_cast<std::size_t>(std::popcount(mask));
+  }
   while (mask != 0) {
     auto const i = static_cast<unsigned>(std::countr_zero(mask));
     mask &= mask - 1;
@@ -865,6 +868,7 @@ GPUMEM_VMM_POOL_GETTER(slabs_created, created_)
 GPUMEM_VMM_POOL_GETTER(slabs_moved, moved_)
 GPUMEM_VMM_POOL_GETTER(slabs_released, released_)
 GPUMEM_VMM_POOL_GETTER(cross_stream_takes, cross_stream_takes_)
+GPUMEM_VMM_POOL_GETTER(cross_stream_waits, cross_stream_waits_)
 #undef GPUMEM_VMM_POOL_GETTER
 
 // The caches are read before the mutex is taken (lock order): a block moving between them meanwhile may be

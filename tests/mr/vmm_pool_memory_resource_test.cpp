@@ -429,6 +429,36 @@ TEST(vmm_pool_memory_resource, cross_stream_takes_counts_the_allocations_that_wa
   }
 }
 
+// Blocks freed next to each other on two streams make one free range; a block cut from it waits only for the
+// stream that freed the piece it is cut from.
+TEST(vmm_pool_memory_resource, a_block_waits_only_for_the_streams_that_freed_the_pieces_it_is_cut_from)
+{
+  cuda_stream a{cuda_stream::flags::non_blocking};
+  cuda_stream b{cuda_stream::flags::non_blocking};
+  cuda_stream c{cuda_stream::flags::non_blocking};
+  vmm_pool_memory_resource pool{slabs_of(granule)};
+  std::size_t const bytes = 1 * MiB;  // from the heap
+  void* const x = pool.allocate(bytes, a.view());
+  void* const y = pool.allocate(bytes, a.view());
+  ASSERT_EQ(static_cast<char*>(y), static_cast<char*>(x) + bytes) << "cut one after the other from one range";
+  pool.deallocate(x, bytes, a.view());
+  pool.deallocate(y, bytes, b.view());  // one free range now: x's piece freed on a, y's on b
+  EXPECT_EQ(pool.cross_stream_waits(), 0U);
+  void* const first = pool.allocate(bytes, c.view());
+  EXPECT_EQ(first, x);
+  EXPECT_EQ(pool.cross_stream_takes(), 1U);
+  EXPECT_EQ(pool.cross_stream_waits(), 1U) << "x's place was freed on a only";
+  void* const second = pool.allocate(bytes, c.view());
+  EXPECT_EQ(second, y);
+  EXPECT_EQ(pool.cross_stream_waits(), 2U) << "y's place was freed on b only";
+  void* const own = pool.allocate(bytes, a.view());
+  EXPECT_EQ(pool.cross_stream_takes(), 2U) << "what follows y was never freed on a stream";
+  pool.deallocate(first, bytes, c.view());
+  pool.deallocate(second, bytes, c.view());
+  pool.deallocate(own, bytes, a.view());
+  pool.check_invariants();
+}
+
 TEST(vmm_pool_memory_resource, free_ranges_coalesce_across_growths)
 {
   constexpr std::size_t count = 7;
@@ -1256,6 +1286,35 @@ void delay_stream(cudaStream_t stream, int ms)
   detail::get_backend().launch_host_func(
     stream, [](void* m) { std::this_thread::sleep_for(std::chrono::milliseconds{reinterpret_cast<std::intptr_t>(m)}); },
     reinterpret_cast<void*>(static_cast<std::intptr_t>(ms)));  // NOLINT(performance-no-int-to-ptr)
+}
+
+// A block cut from a free range of two streams' frees waits only for the stream that freed the piece it is
+// cut from: the other stream is held back here, and the block's stream must not be held with it.
+TEST(vmm_pool_memory_resource, a_block_cut_from_an_idle_streams_piece_does_not_wait_for_the_busy_stream_next_to_it)
+{
+  cuda_stream a{cuda_stream::flags::non_blocking};
+  cuda_stream b{cuda_stream::flags::non_blocking};
+  cuda_stream c{cuda_stream::flags::non_blocking};
+  vmm_pool_memory_resource pool{slabs_of(granule)};
+  std::size_t const bytes = 1 * MiB;  // two fill the slab: one free range once both are free
+  void* const low = pool.allocate(bytes, a.view());
+  void* const high = pool.allocate(bytes, a.view());
+  ASSERT_EQ(static_cast<char*>(high), static_cast<char*>(low) + bytes);
+  pool.deallocate(low, bytes, b.view());  // b has no work
+  delay_stream(a.value(), 3000);
+  pool.deallocate(high, bytes, a.view());  // behind three seconds of work on a
+  void* const block = pool.allocate(bytes, c.view());
+  EXPECT_EQ(block, low) << "best fit cuts from the range's start: the piece freed on b";
+  detail::backend& be = detail::get_backend();
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds{1000};
+  while (!be.stream_query(c.value()) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  }
+  EXPECT_TRUE(be.stream_query(c.value())) << "c waits for a, whose piece the block does not overlap";
+  EXPECT_FALSE(be.stream_query(a.value())) << "a's delay should still run";
+  pool.deallocate(block, bytes, c.view());
+  a.synchronize();
+  pool.check_invariants();
 }
 
 // The waits that order a block for another stream run after the mutex is released. Pairs of threads pass a

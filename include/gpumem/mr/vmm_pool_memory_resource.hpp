@@ -56,7 +56,8 @@
  * Cost: a cached allocate or deallocate takes the thread's cache lock (one uncontended atomic exchange), a
  * scan of its slots and no CUDA call. A small block otherwise takes the mutex and O(log p) in the p pages.
  * Otherwise allocate and deallocate take one mutex and O(log n) in the
- * free ranges (one lower_bound and usually no re-insertion: mr/detail/free_range_index.hpp), without any
+ * free ranges (one lower_bound and usually no re-insertion: mr/detail/free_range_index.hpp), plus O(log k)
+ * in the k stream marks of a range of several streams (mr/detail/stream_marks.hpp), without any
  * CUDA call when the memory is backed; growing costs one cuMemCreate + cuMemMap + cuMemSetAccess per piece
  * (pieces grow with the pool: vmm_pool_options::mapping_divisor), after one lock of every thread's cache.
  * Its speed and live-bytes ratio on real PyTorch logs, against pool_memory_resource over cudaMalloc, are in
@@ -68,7 +69,9 @@
  * released, so threads on different streams make them in parallel.
  * Stream-ordering: as device_memory_resource.hpp says. Memory freed on stream A is reused on A at once;
  * another stream B that takes it first waits (cudaStreamWaitEvent, no host synchronisation) on an event
- * recorded on A after the free (cross_stream_takes() counts these takes). For the legacy default stream and
+ * recorded on A after the free (cross_stream_takes() counts these takes, cross_stream_waits() their waits).
+ * A block cut from a free range that merged pieces freed on several streams waits only for the streams of the
+ * pieces it overlaps (mr/detail/virtual_heap.hpp). For the legacy default stream and
  * announced streams (gpumem::cuda_stream: before_stream_destroy.hpp) that event is recorded when B needs it,
  * once per batch of frees, by B's call after it released the mutex; an announced stream's event is recorded
  * before it is destroyed, its destruction waits for those records in flight, and the handle is then
@@ -245,6 +248,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /** @return how many allocations since construction took a block freed on another stream, and so made
    *  their stream wait (on the device) for that stream's work: each such wait orders two streams' work. */
   [[nodiscard]] std::size_t cross_stream_takes() const noexcept;
+  /** @return how many stream waits those takes made: one per other stream whose frees the block carries
+   *  (the streams that freed the pieces it is cut from). */
+  [[nodiscard]] std::size_t cross_stream_waits() const noexcept;
   /** @brief Checks the heap's invariants and the byte counts. @throws gpumem::logic_error naming a violation. */
   void check_invariants() const;
 
@@ -394,6 +400,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::size_t moved_ GPUMEM_GUARDED_BY(mutex_){};
   std::size_t released_ GPUMEM_GUARDED_BY(mutex_){};
   std::size_t cross_stream_takes_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t cross_stream_waits_ GPUMEM_GUARDED_BY(mutex_){};
   detail::invariant_sampler invariant_sampler_;  // which calls check_invariants() after them (debug builds)
   std::size_t small_block_limit_{};   // fixed at construction (read without the lock)
   std::size_t thread_cache_limit_{};  // fixed at construction (read without the lock)

@@ -37,7 +37,8 @@ def memory_stats(device=None) -> Dict[str, Any]:
         stats["num_device_free"] = raw["slabs_released"]
         stats["segment.all.current"] = raw["mapping_count"]
         for key in ("slab_size", "slab_count", "mapping_count", "free_bytes", "largest_free_block",
-                    "maximum_physical_size", "slabs_moved", "cross_stream_takes"):
+                    "maximum_physical_size", "slabs_moved", "cross_stream_takes",
+                    "cross_stream_waits"):
             stats[f"gpumem.{key}"] = raw[key]
     elif raw["resource"] == "async":
         stats["reserved_bytes.all.current"] = raw["reserved_current"]

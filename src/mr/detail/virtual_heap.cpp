@@ -3,6 +3,8 @@
 #include <gpumem/mr/detail/virtual_heap.hpp>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <functional>
 #include <iterator>
 #include <limits>
@@ -10,6 +12,9 @@
 
 namespace gpumem::detail {
 namespace {
+
+/// Whether a range of these streams keeps its pieces' streams in the marks.
+[[nodiscard]] bool several_streams(std::uint64_t streams) noexcept { return std::popcount(streams) > 1; }
 
 [[nodiscard]] bool is_power_of_two(std::size_t value) noexcept { return value != 0 && (value & (value - 1)) == 0; }
 
@@ -41,7 +46,10 @@ std::optional<virtual_heap::block> virtual_heap::take(std::size_t bytes)
 {
   auto const* fit = free_.best_fit(bytes);
   if (fit == nullptr) { return std::nullopt; }
-  block const taken{fit->start, fit->streams};
+  // A range of several streams has its pieces' streams in the marks: the block takes those it overlaps. The
+  // cut is at the range's start, where no mark begins before it, so no mark splits (nothing allocates).
+  block const taken{fit->start, several_streams(fit->streams) ? marks_.remove(fit->start, fit->start + bytes)
+                                                              : fit->streams};
   if (fit->size == bytes) {
     free_.erase(fit);
   } else {  // the remainder keeps the range's streams
@@ -77,21 +85,49 @@ void virtual_heap::give_back(std::uintptr_t address, std::size_t bytes, std::uin
 void virtual_heap::add_free(std::uintptr_t address, std::size_t bytes, std::uint64_t streams,
                             free_range_index::range const* previous, free_range_index::range const* next)
 {
-  // Merging changes existing ranges (no allocation); only a block with no free neighbour adds one, so a
-  // std::bad_alloc leaves the heap as it was.
+  // Merging changes existing ranges (no allocation); only a block with no free neighbour adds one. The
+  // marks a merge of several streams needs come first, and go again if anything throws, so a std::bad_alloc
+  // leaves the heap as it was.
   bool const merge_previous = previous != nullptr && previous->end() == address;
   bool const merge_next = next != nullptr && next->start == address + bytes;
-  if (merge_previous && merge_next) {
-    std::size_t const size = previous->size + bytes + next->size;
-    std::uint64_t const merged_streams = previous->streams | streams | next->streams;
-    free_.erase(next);
-    free_.reshape(previous, previous->start, size, merged_streams);
-  } else if (merge_previous) {
-    free_.reshape(previous, previous->start, previous->size + bytes, previous->streams | streams);
-  } else if (merge_next) {
-    free_.reshape(next, address, bytes + next->size, next->streams | streams);
-  } else {
-    (void)free_.insert(address, bytes, streams);
+  std::uint64_t const merged_streams =
+    (merge_previous ? previous->streams : 0) | streams | (merge_next ? next->streams : 0);
+  std::array<std::pair<std::uintptr_t, std::size_t>, 3> marked{};
+  std::size_t marked_count = 0;
+  try {
+    if (several_streams(merged_streams)) {
+      // A range of one stream (or none) has no marks: its bytes carry its streams. Joined to others, it
+      // gets a mark of them first.
+      auto mark = [&](std::uintptr_t start, std::size_t size, std::uint64_t mask) {
+        marks_.add(start, size, mask);
+        marked[marked_count++] = {start, size};
+      };
+      if (merge_previous && previous->streams != 0 && !several_streams(previous->streams)) {
+        mark(previous->start, previous->size, previous->streams);
+      }
+      if (streams != 0) { mark(address, bytes, streams); }
+      if (merge_next && next->streams != 0 && !several_streams(next->streams)) {
+        mark(next->start, next->size, next->streams);
+      }
+    }
+    if (merge_previous && merge_next) {
+      std::size_t const size = previous->size + bytes + next->size;
+      free_.erase(next);
+      free_.reshape(previous, previous->start, size, merged_streams);
+    } else if (merge_previous) {
+      free_.reshape(previous, previous->start, previous->size + bytes, merged_streams);
+    } else if (merge_next) {
+      free_.reshape(next, address, bytes + next->size, merged_streams);
+    } else {
+      (void)free_.insert(address, bytes, streams);
+    }
+  } catch (...) {
+    // Latest first: each mark taken away is then the end of what remains, so no mark splits (no allocation).
+    while (marked_count > 0) {
+      auto const [start, size] = marked[--marked_count];
+      (void)marks_.remove(start, start + size);
+    }
+    throw;
   }
 }
 
@@ -235,18 +271,27 @@ virtual_heap::unbacked virtual_heap::unback(std::uintptr_t address)
   require(found != nullptr, [&] { return std::string{} + "mapping " + hex(address) + " is not wholly free"; });
   std::uintptr_t const begin = found->start;
   std::size_t const size = found->size;
-  std::uint64_t const streams = found->streams;
-  // The parts before and after the mapping stay free with the same streams. The only allocation (a second
-  // range, when both parts exist) comes first, so a std::bad_alloc changes nothing.
+  std::uint64_t streams = found->streams;
+  // The parts before and after the mapping stay free with the range's streams (and marks). The allocations
+  // (a second range when both parts exist, then a mark split in two) come first, so a std::bad_alloc changes
+  // nothing.
   std::size_t const before = address - begin;
   std::size_t const after = begin + size - (address + bytes);
-  if (before > 0 && after > 0) {
-    (void)free_.insert(address + bytes, after, streams);
-    free_.reshape(found, begin, before, streams);
+  free_range_index::range const* const second = before > 0 && after > 0 ? free_.insert(address + bytes, after, streams) : nullptr;
+  if (several_streams(streams)) {
+    try {
+      streams = marks_.remove(address, address + bytes);  // the mapping's own pieces' streams
+    } catch (...) {
+      if (second != nullptr) { free_.erase(second); }
+      throw;
+    }
+  }
+  if (second != nullptr) {
+    free_.reshape(found, begin, before, found->streams);
   } else if (before > 0) {
-    free_.reshape(found, begin, before, streams);
+    free_.reshape(found, begin, before, found->streams);
   } else if (after > 0) {
-    free_.reshape(found, address + bytes, after, streams);
+    free_.reshape(found, address + bytes, after, found->streams);
   } else {
     free_.erase(found);
   }
@@ -284,6 +329,12 @@ std::uint64_t virtual_heap::streams_in_use() const noexcept
 void virtual_heap::forget_streams(std::uint64_t mask) noexcept
 {
   free_.clear_streams(mask);
+  marks_.clear(mask);
+  // A range left with one stream (or none) carries it on all its bytes: its marks go.
+  marks_.erase_if([this](std::uintptr_t start, std::size_t size, std::uint64_t) {
+    auto const* r = free_.containing(start, size);
+    return r == nullptr || !several_streams(r->streams);
+  });
 }
 
 void virtual_heap::check_invariants() const
@@ -298,6 +349,17 @@ void virtual_heap::check_invariants() const
     if (!backed(r.start, r.size)) { fail("range " + hex(r.start) + " is not backed"); }
     previous_end = r.end();
     first = false;
+  });
+  marks_.check();
+  marks_.for_each([&](std::uintptr_t start, std::size_t size, std::uint64_t streams) {
+    auto const* r = free_.containing(start, size);
+    if (r == nullptr) {
+      fail("the stream mark at " + hex(start) + " lies outside the free ranges");
+      return;
+    }
+    if (!several_streams(r->streams) || (streams & ~r->streams) != 0) {
+      fail("the stream mark at " + hex(start) + " has streams its range (" + std::to_string(r->streams) + ") has not, or the range has one stream");
+    }
   });
   std::uintptr_t mapped_end = base_;
   std::size_t slabs = 0;

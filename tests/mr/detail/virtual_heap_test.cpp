@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -234,19 +235,30 @@ TEST(virtual_heap, give_back_merges_with_the_left_the_right_both_or_neither)
   EXPECT_TRUE(takes(heap, 64, 0)) << "the whole of both slabs is one block again";
 }
 
-TEST(virtual_heap, stream_masks_unite_on_merge_and_stay_on_split)
+TEST(virtual_heap, a_block_cut_from_a_range_of_several_streams_carries_those_of_the_pieces_it_overlaps)
 {
   virtual_heap heap = make_heap(4, {0, 1});
   for (int i = 0; i < 8; ++i) { (void)take_units(heap, 8); }
   give(heap, 0, 8, 0b0001);
   give(heap, 16, 8, 0b0100);           // apart from [0,8)
-  give(heap, 8, 8, 0b0010);            // joins both: 0b0111
+  give(heap, 8, 8, 0b0010);            // joins both: one range of 0b0111
   give(heap, 40, 8, 0b1000);           // apart
+  EXPECT_EQ(heap.streams_in_use(), 0b1111U);
   EXPECT_TRUE(takes(heap, 8, 40, 0b1000));  // (the best fit for 8) never merged: its own streams only
-  EXPECT_TRUE(takes(heap, 4, 0, 0b0111));   // the first part of the merged range carries the union
-  EXPECT_TRUE(takes(heap, 4, 4, 0b0111));   // the rest kept it on the split
-  EXPECT_TRUE(takes(heap, 16, 8, 0b0111));
+  EXPECT_TRUE(takes(heap, 4, 0, 0b0001));   // inside the piece freed on stream 0
+  EXPECT_TRUE(takes(heap, 6, 4, 0b0011));   // the rest of it and half of stream 1's
+  heap.check_invariants();
+  EXPECT_TRUE(takes(heap, 14, 10, 0b0110));
   EXPECT_EQ(heap.free_bytes(), 0U);
+  heap.check_invariants();
+  // A range of one stream carries it on every byte, also the bytes backed with none; joined to another
+  // stream's piece, it keeps that stream for all its bytes, and the piece its own.
+  give(heap, 0, 16, 0b0001);
+  give(heap, 16, 8, 0b0001);  // the same stream: still a range of one
+  give(heap, 24, 8, 0b0100);  // several now
+  EXPECT_TRUE(takes(heap, 24, 0, 0b0001));
+  EXPECT_TRUE(takes(heap, 8, 24, 0b0100));
+  heap.check_invariants();
   // Newly backed bytes carry no stream; merging them into a range unites its streams with none.
   give(heap, 56, 8, 0b10000);
   heap.back(slab_at(2), handle_of(2));  // joins [56,64) across the boundary
@@ -620,6 +632,40 @@ TEST(virtual_heap, unback_in_the_middle_of_a_free_range_keeps_both_sides_with_th
   EXPECT_TRUE(takes(heap, 32, 32, 0));
 }
 
+TEST(virtual_heap, unback_gives_the_streams_of_the_pieces_in_the_mapping_and_the_rest_keeps_its_own)
+{
+  virtual_heap heap = make_heap(3, {0, 1, 2});
+  (void)take_units(heap, 3 * slab_units);
+  give(heap, 0, slab_units + 4, 0b001);                   // slab 0 and the start of slab 1
+  give(heap, slab_units + 4, slab_units - 4, 0b010);      // the rest of slab 1
+  give(heap, 2 * slab_units, slab_units, 0b100);          // slab 2: one range of three streams
+  auto const middle = heap.unback(slab_at(1));
+  EXPECT_EQ(middle.streams, 0b011U);
+  heap.check_invariants();
+  EXPECT_EQ(heap.free_range_count(), 2U);
+  EXPECT_TRUE(takes(heap, slab_units, 0, 0b001));
+  EXPECT_TRUE(takes(heap, slab_units, 2 * slab_units, 0b100));
+  heap.check_invariants();
+}
+
+// A stream made safe for every stream leaves the pieces too; a range left with one stream carries it whole.
+TEST(virtual_heap, forget_streams_clears_the_pieces_streams_as_well)
+{
+  virtual_heap heap = make_heap(2, {0, 1});
+  (void)take_units(heap, 2 * slab_units);
+  give(heap, 0, 8, 0b001);
+  give(heap, 8, 8, 0b010);
+  give(heap, 16, 16, 0b100);
+  heap.forget_streams(0b010);
+  heap.check_invariants();
+  EXPECT_TRUE(takes(heap, 8, 0, 0b001));
+  EXPECT_TRUE(takes(heap, 8, 8, 0b000)) << "the piece freed on stream 1 is safe now";
+  heap.forget_streams(0b100);  // the rest, [16, 32), carried streams 0 and 2: stream 0 is left
+  heap.check_invariants();
+  EXPECT_TRUE(takes(heap, 16, 16, 0b001)) << "a range of one stream left: it carries it on every byte";
+  heap.check_invariants();
+}
+
 TEST(virtual_heap, unback_at_either_end_of_a_free_range_and_of_a_whole_range)
 {
   virtual_heap heap = make_heap(4, {0, 1, 2, 3});
@@ -685,13 +731,32 @@ TEST(virtual_heap, wholly_free_slabs_are_the_slabs_inside_one_free_range_highest
 // ---- a long random sequence against a model -------------------------------------------------------------------------
 
 /// The heap as plain arrays: per 256-byte unit whether it is free and (when free) the streams of its range,
-/// per slab its handle (0: not backed). A free range is a maximal run of free units; every unit of a run
-/// carries the run's streams.
+/// its mark and the streams it was freed on; per slab its handle (0: not backed). A free range is a maximal
+/// run of free units; every unit of a run carries the run's streams. In a run of several streams, a unit's
+/// mark is what virtual_heap.hpp says a block cut there waits for: the streams it was freed on, or, for a
+/// unit of a run of one stream (or none) that joined it, that run's streams.
 class heap_model {
  public:
   heap_model(std::size_t slabs, std::size_t slab_units)
-    : slab_units_{slab_units}, free_(slabs * slab_units), mask_(slabs * slab_units), handle_(slabs)
+    : slab_units_{slab_units}, free_(slabs * slab_units), mask_(slabs * slab_units), mark_(slabs * slab_units),
+      freed_on_(slabs * slab_units), handle_(slabs)
   {
+  }
+
+  /// The streams a block of [first, first + n), all free units of one run, waits for.
+  [[nodiscard]] std::uint64_t streams_of(std::size_t first, std::size_t n) const
+  {
+    if (std::popcount(mask_[first]) <= 1) { return mask_[first]; }
+    std::uint64_t streams = 0;
+    for (std::size_t u = first; u < first + n; ++u) { streams |= mark_[u]; }
+    return streams;
+  }
+  /// The streams [first, first + n) was freed on: what a block cut there must wait for at least.
+  [[nodiscard]] std::uint64_t freed_on(std::size_t first, std::size_t n) const
+  {
+    std::uint64_t streams = 0;
+    for (std::size_t u = first; u < first + n; ++u) { streams |= freed_on_[u]; }
+    return streams;
   }
 
   [[nodiscard]] std::size_t units() const { return free_.size(); }
@@ -744,17 +809,23 @@ class heap_model {
   /// Frees [first, first + n) with `streams`; the run it joins gets the union of the streams.
   void give(std::size_t first, std::size_t n, std::uint64_t streams)
   {
-    for (std::size_t u = first; u < first + n; ++u) {
-      free_[u] = 1;
-      mask_[u] = streams;
-    }
-    free_units_ += n;
     std::size_t begin = first;
     while (begin > 0 && is_free(begin - 1)) { --begin; }
     std::size_t end = first + n;
     while (end < units() && is_free(end)) { ++end; }
-    std::uint64_t all = 0;
-    for (std::size_t u = begin; u < end; ++u) { all |= mask_[u]; }
+    std::uint64_t const left = begin < first ? mask_[first - 1] : 0;
+    std::uint64_t const right = end > first + n ? mask_[first + n] : 0;
+    std::uint64_t const all = left | streams | right;
+    for (std::size_t u = first; u < first + n; ++u) {
+      free_[u] = 1;
+      mark_[u] = streams;
+      freed_on_[u] = streams;
+    }
+    free_units_ += n;
+    if (std::popcount(all) > 1) {  // a run of one stream (or none) joining others: its units get its streams
+      if (std::popcount(left) <= 1) { std::fill(mark_.begin() + static_cast<std::ptrdiff_t>(begin), mark_.begin() + static_cast<std::ptrdiff_t>(first), left); }
+      if (std::popcount(right) <= 1) { std::fill(mark_.begin() + static_cast<std::ptrdiff_t>(first + n), mark_.begin() + static_cast<std::ptrdiff_t>(end), right); }
+    }
     for (std::size_t u = begin; u < end; ++u) { mask_[u] = all; }
   }
 
@@ -767,7 +838,7 @@ class heap_model {
   /// @return the handle and the streams of the run the slab was in.
   std::pair<std::uint64_t, std::uint64_t> unback(std::size_t index)
   {
-    std::uint64_t const streams = mask_[index * slab_units_];
+    std::uint64_t const streams = streams_of(index * slab_units_, slab_units_);
     take(index * slab_units_, slab_units_);
     return {std::exchange(handle_[index], 0), streams};
   }
@@ -793,7 +864,9 @@ class heap_model {
 
   void forget(std::uint64_t mask)
   {
-    for (auto& m : mask_) { m &= ~mask; }
+    for (auto* masks : {&mask_, &mark_, &freed_on_}) {
+      for (auto& m : *masks) { m &= ~mask; }
+    }
   }
 
   struct plan {
@@ -854,6 +927,8 @@ class heap_model {
   std::size_t slab_units_;
   std::vector<std::uint8_t> free_;
   std::vector<std::uint64_t> mask_;
+  std::vector<std::uint64_t> mark_;
+  std::vector<std::uint64_t> freed_on_;
   std::vector<std::uint64_t> handle_;
   std::size_t free_units_{};
 };
@@ -925,6 +1000,8 @@ TEST(virtual_heap, random_sequence_with_growth_moves_and_releases_matches_a_mode
   std::size_t released = 0;
   std::size_t refused = 0;
   std::size_t errors = 0;
+  std::size_t several = 0;   // takes from ranges of several streams
+  std::size_t narrower = 0;  // takes that wait for fewer streams than their range's
   auto slab_address = [](std::size_t s) { return base + s * slab_bytes; };
   auto slab_index = [](std::uintptr_t address) { return static_cast<std::size_t>((address - base) / slab_bytes); };
   auto unback = [&](std::size_t s) {
@@ -987,7 +1064,10 @@ TEST(virtual_heap, random_sequence_with_growth_moves_and_releases_matches_a_mode
         ASSERT_TRUE(fit.has_value());
         ASSERT_EQ(got->address % unit, 0U);
         ASSERT_EQ(first, *fit) << "step " << step << ": not the best fit for " << n << " units";
-        ASSERT_EQ(got->streams, model.streams(first)) << "step " << step;
+        ASSERT_EQ(got->streams, model.streams_of(first, n)) << "step " << step;
+        ASSERT_EQ(model.freed_on(first, n) & ~got->streams, 0U) << "step " << step << ": a stream the block was freed on is missing";
+        if (std::popcount(model.streams(first)) > 1) { ++several; }
+        if (got->streams != model.streams(first)) { ++narrower; }
         model.take(first, n);
         live.push_back({first, n});
       }
@@ -1058,6 +1138,8 @@ TEST(virtual_heap, random_sequence_with_growth_moves_and_releases_matches_a_mode
   EXPECT_GT(released, 1000U);
   EXPECT_GT(refused, 100U);
   EXPECT_GT(errors, 1000U);
+  EXPECT_GT(several, 10'000U);
+  EXPECT_GT(narrower, 5'000U);
 }
 }  // namespace
 }  // namespace gpumem::test

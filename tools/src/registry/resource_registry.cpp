@@ -76,6 +76,7 @@ class resource_builder {
     handle_->peak_upstream_ = [pool] { return pool->peak_physical_bytes(); };
     handle_->upstream_ = [pool] { return pool->physical_bytes(); };
     handle_->cross_stream_takes_ = [pool] { return pool->cross_stream_takes(); };
+    handle_->cross_stream_waits_ = [pool] { return pool->cross_stream_waits(); };
   }
 
   void set_reserves_upfront() noexcept { handle_->reserves_upfront_ = true; }
@@ -201,6 +202,7 @@ resource_handle::resource_handle(resource_handle&& other) noexcept
     upstream_{std::move(other.upstream_)},
     upstream_allocations_{std::move(other.upstream_allocations_)},
     cross_stream_takes_{std::move(other.cross_stream_takes_)},
+    cross_stream_waits_{std::move(other.cross_stream_waits_)},
     reserves_upfront_{other.reserves_upfront_}
 {
   other.reset();
@@ -216,6 +218,7 @@ resource_handle& resource_handle::operator=(resource_handle&& other) noexcept
     upstream_ = std::move(other.upstream_);
     upstream_allocations_ = std::move(other.upstream_allocations_);
     cross_stream_takes_ = std::move(other.cross_stream_takes_);
+    cross_stream_waits_ = std::move(other.cross_stream_waits_);
     reserves_upfront_ = other.reserves_upfront_;
     other.reset();
   }
@@ -228,6 +231,7 @@ void resource_handle::reset() noexcept
   upstream_ = nullptr;
   upstream_allocations_ = nullptr;
   cross_stream_takes_ = nullptr;
+  cross_stream_waits_ = nullptr;
   while (!chain_.empty()) { chain_.pop_back(); }  // top first: a resource before its upstream
 }
 
@@ -249,6 +253,11 @@ std::optional<std::size_t> resource_handle::upstream_allocations() const
 std::optional<std::size_t> resource_handle::cross_stream_takes() const
 {
   return cross_stream_takes_ ? std::optional{cross_stream_takes_()} : std::nullopt;
+}
+
+std::optional<std::size_t> resource_handle::cross_stream_waits() const
+{
+  return cross_stream_waits_ ? std::optional{cross_stream_waits_()} : std::nullopt;
 }
 
 std::span<resource_info const> resources() noexcept { return infos; }

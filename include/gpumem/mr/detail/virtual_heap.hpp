@@ -12,7 +12,11 @@
  *   mappings: address -> (physical handle, slab count); one piece of physical memory backs one or more
  *   consecutive slabs (the driver cannot map a piece in parts, so a mapping moves and goes back whole);
  *   free ranges: maximal runs of free backed bytes, each with the set of streams (a 64-bit mask) on which
- *   some of its bytes were freed since the resource last made them safe for every stream.
+ *   some of its bytes were freed since the resource last made them safe for every stream;
+ *   stream marks (stream_marks.hpp): in a free range of several streams, the streams of each piece, so that
+ *   a block cut from it waits only for the streams of the pieces it overlaps. A range of one stream (or
+ *   none) has no marks: all its bytes carry its stream. When a range of one stream joins others, its bytes
+ *   get a mark of that stream.
  *
  * Placement (measured on real PyTorch logs, docs/PERFORMANCE.md "Fragmentation"):
  *   take(bytes): best fit (the smallest free range that holds the block, the lowest address among equals);
@@ -29,11 +33,14 @@
  * Invariants (check_invariants()):
  *   free ranges lie inside backed slabs, do not overlap and never touch (touching ranges are merged);
  *   the free-range index's own (free_range_index.hpp);
+ *   every stream mark lies inside a free range of several streams and names only streams of that range;
  *   mappings are aligned to slab_size, inside [base, base + size), do not overlap, and their slabs are
  *   exactly the backed ones.
  *
  * Costs: take, give_back O(log n) for n free ranges (free_range_index.hpp: a cut or a merge re-keys only
- * the size index), with no heap allocation but for a block that touches no free range; back,
+ * the size index), with no heap allocation but for a block that touches no free range; in a range of
+ * several streams, plus O(log k + j) for k marks of which j overlap the block, and a mark's node for a
+ * give_back that does not join a touching mark of the same streams; back,
  * unback O(log n + log m + k) for m mappings of k slabs; plan_growth O(m log n); wholly_free_mappings
  * O(r log m + w log w) for r free ranges of at least a slab and w results.
  * Thread-safety: none; the resource holds its lock around every call. Movable, not copyable.
@@ -42,6 +49,7 @@
 
 #include <gpumem/export.hpp>
 #include <gpumem/mr/detail/free_range_index.hpp>
+#include <gpumem/mr/detail/stream_marks.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -55,7 +63,8 @@ namespace gpumem::detail {
 /** @brief See the file comment. */
 class GPUMEM_EXPORT virtual_heap {
  public:
-  /** @brief A block cut from a free range, and the streams whose frees it may still be subject to. */
+  /** @brief A block cut from a free range, and the streams whose frees it may still be subject to: those of
+   *  the pieces it overlaps (see the file comment). */
   struct block {
     std::uintptr_t address;
     std::uint64_t streams;  ///< mask of the resource's stream slots
@@ -80,7 +89,7 @@ class GPUMEM_EXPORT virtual_heap {
   struct unbacked {
     std::uint64_t handle;
     std::size_t slabs;       ///< of the mapping
-    std::uint64_t streams;   ///< of the free range it was in
+    std::uint64_t streams;   ///< whose frees its bytes carry
   };
 
   /**
@@ -101,7 +110,8 @@ class GPUMEM_EXPORT virtual_heap {
 
   /**
    * @brief Returns a block to the free ranges, merging it with free neighbours; `streams` are the
-   * stream slots it was freed on (merged ranges carry the union).
+   * stream slots it was freed on (merged ranges carry the union, and their pieces keep their own).
+   * @throws std::bad_alloc when the host heap is exhausted (nothing changes then).
    * @throws gpumem::logic_error if the block is empty, misaligned, not inside backed slabs (its first and
    *         last slab are checked), or overlaps a
    *         free range (a double free); nothing changes then.
@@ -138,8 +148,9 @@ class GPUMEM_EXPORT virtual_heap {
 
   /**
    * @brief Removes the wholly free mapping that starts at `address`: its bytes leave the free ranges.
-   * @return its handle and slab count, and the streams of the free range it was in (whose work must
+   * @return its handle and slab count, and the streams whose frees its bytes carry (whose work must
    *         finish before it is unmapped).
+   * @throws std::bad_alloc when the host heap is exhausted (nothing changes then).
    * @throws gpumem::logic_error if no mapping starts at `address` or it is not wholly free.
    */
   [[nodiscard]] unbacked unback(std::uintptr_t address);
@@ -150,7 +161,7 @@ class GPUMEM_EXPORT virtual_heap {
   /** @return the union of every free range's streams. O(n). */
   [[nodiscard]] std::uint64_t streams_in_use() const noexcept;
 
-  /** @brief Clears `mask` from every free range's streams (their frees are now safe for every stream). */
+  /** @brief Clears `mask` from every free range's and piece's streams (their frees are now safe for every stream). */
   void forget_streams(std::uint64_t mask) noexcept;
 
   /** @brief Calls visit(address, handle, bytes) for every mapping, in address order. */
@@ -206,6 +217,7 @@ class GPUMEM_EXPORT virtual_heap {
   std::vector<std::uint8_t> backed_;                            // per slab index: 1 when in a mapping (O(1) checks)
   std::size_t backed_slabs_{};
   free_range_index free_;                                       // the free ranges
+  stream_marks marks_;                                          // the pieces' streams in ranges of several
 };
 
 }  // namespace gpumem::detail

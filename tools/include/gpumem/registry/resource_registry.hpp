@@ -102,6 +102,9 @@ class resource_handle {
   /** @return how many allocations took a block freed on another stream (a stream wait), or nullopt where the
    *  resource does not count them (vmm counts them). */
   [[nodiscard]] std::optional<std::size_t> cross_stream_takes() const;
+  /** @return how many stream waits those takes made (one per other stream a block's pieces were freed on), or
+   *  nullopt where the resource does not count them. */
+  [[nodiscard]] std::optional<std::size_t> cross_stream_waits() const;
   /**
    * @return true when the resource takes a fixed reservation at construction (arena): its peak upstream
    * bytes are that reservation, so peak upstream / peak live says nothing about fragmentation.
@@ -133,6 +136,7 @@ class resource_handle {
   std::function<std::size_t()> upstream_;
   std::function<std::size_t()> upstream_allocations_;
   std::function<std::size_t()> cross_stream_takes_;
+  std::function<std::size_t()> cross_stream_waits_;
   bool reserves_upfront_{false};
 };
 
