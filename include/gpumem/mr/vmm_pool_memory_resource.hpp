@@ -63,7 +63,8 @@
  * Its speed and live-bytes ratio on real PyTorch logs, against pool_memory_resource over cudaMalloc, are in
  * docs/PERFORMANCE.md.
  *
- * Thread-safety: all members may be called concurrently (one mutex, held also while growing; a lock per
+ * Thread-safety: all members may be called concurrently (one mutex, held also while growing, that a waiting
+ * thread retries briefly before it sleeps: detail/spinning_mutex.hpp; a lock per
  * thread cache, taken before the mutex, never while it is held). The driver calls that order a block for a
  * stream other than the one that freed it (an event record and a cudaStreamWaitEvent) run after the mutex is
  * released, so threads on different streams make them in parallel.
@@ -99,6 +100,7 @@
 #pragma once
 
 #include <gpumem/cuda_stream_view.hpp>
+#include <gpumem/detail/spinning_mutex.hpp>
 #include <gpumem/detail/thread_annotations.hpp>
 #include <gpumem/export.hpp>
 #include <gpumem/before_stream_destroy.hpp>
@@ -375,7 +377,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   void release_piece(physical_handle handle) noexcept;
 
   std::unique_ptr<virtual_memory_provider> provider_;
-  mutable detail::mutex mutex_;
+  mutable detail::spinning_mutex mutex_;  // short critical sections from many threads (spinning_mutex.hpp)
   std::optional<std::size_t> maximum_physical_ GPUMEM_GUARDED_BY(mutex_);
   std::optional<std::size_t> release_threshold_;
   std::uintptr_t reservation_{};
