@@ -142,18 +142,25 @@ vmm_pool_memory_resource::~vmm_pool_memory_resource()
   provider_->unreserve(reservation_, reservation_size_);
 }
 
-std::optional<unsigned> vmm_pool_memory_resource::find_slot(cudaStream_t stream) const noexcept
+unsigned vmm_pool_memory_resource::find_slot(cudaStream_t stream) const noexcept
 {
   std::uint64_t const thread = is_per_thread_default(stream) ? detail::this_thread_token() : 0;
+  auto const is_its = [&](unsigned i) GPUMEM_REQUIRES(mutex_) {
+    return slots_[i].in_use && slots_[i].stream == stream && slots_[i].thread == thread;
+  };
+  if (last_slot_ < slots_.size() && is_its(last_slot_)) { return last_slot_; }
   for (unsigned i = 0; i < slots_.size(); ++i) {
-    if (slots_[i].in_use && slots_[i].stream == stream && slots_[i].thread == thread) { return i; }
+    if (is_its(i)) {
+      last_slot_ = i;
+      return i;
+    }
   }
-  return std::nullopt;
+  return no_slot;
 }
 
-std::optional<unsigned> vmm_pool_memory_resource::slot_of(cudaStream_t stream)
+unsigned vmm_pool_memory_resource::slot_of(cudaStream_t stream)
 {
-  if (auto const own = find_slot(stream)) { return own; }
+  if (unsigned const own = find_slot(stream); own != no_slot) { return own; }
   std::uint64_t const thread = is_per_thread_default(stream) ? detail::this_thread_token() : 0;
   unsigned free_slot = max_slots;
   for (unsigned i = 0; i < slots_.size(); ++i) {
@@ -184,7 +191,7 @@ std::optional<unsigned> vmm_pool_memory_resource::slot_of(cudaStream_t stream)
     }
   }
   if (free_slot == max_slots) {
-    if (slots_.size() >= max_slots) { return std::nullopt; }
+    if (slots_.size() >= max_slots) { return no_slot; }
     free_slot = static_cast<unsigned>(slots_.size());
     slots_.push_back({});
   }
@@ -226,7 +233,7 @@ void vmm_pool_memory_resource::plan_waits(std::uint64_t mask, cudaStream_t strea
   waits.streams = mask;
   waits.count = 0;
   // A block of our own stream needs no wait; a stream beyond the slots never has one.
-  if (auto const own = find_slot(stream)) { mask &= ~(std::uint64_t{1} << *own); }
+  if (unsigned const own = find_slot(stream); own != no_slot) { mask &= ~(std::uint64_t{1} << own); }
   if (mask != 0) {
     ++cross_stream_takes_;
     cross_stream_waits_ += static_cast<std::size_t>(std::popcount(mask));
@@ -420,13 +427,13 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
 void vmm_pool_memory_resource::free_into_heap(std::uintptr_t address, std::size_t rounded, bool small,
                                               cudaStream_t stream)
 {
-  std::optional<unsigned> const slot = slot_of(stream);
+  unsigned const slot = slot_of(stream);
   std::uint64_t mask = 0;
-  if (slot) {
-    stream_slot& s = slots_[*slot];
-    mask = std::uint64_t{1} << *slot;
+  if (slot != no_slot) {
+    stream_slot& s = slots_[slot];
+    mask = std::uint64_t{1} << slot;
     ++s.frees;
-    if (s.record_at_free) { (void)event_after_frees(*slot); }
+    if (s.record_at_free) { (void)event_after_frees(slot); }
   } else {
     detail::get_backend().stream_synchronize(stream);  // beyond the slots: safe for every stream now
   }

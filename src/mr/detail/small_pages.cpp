@@ -53,6 +53,29 @@ small_pages::small_pages(options const& o) : options_{o}
   expects(o.min_blocks_per_page >= 1, "small_pages: min_blocks_per_page is 0");
   expects(o.min_page_bytes >= o.alignment && o.min_page_bytes % o.alignment == 0,
           "small_pages: min_page_bytes " + std::to_string(o.min_page_bytes) + " is not a positive multiple of the alignment");
+  // The largest class has the largest pages; give_back divides offsets in a page in 32 bits. (Each factor below
+  // 2^32 first, so that the product cannot overflow.)
+  constexpr std::size_t four_gib = std::size_t{1} << 32;
+  bool const fits = o.small_limit < four_gib && o.min_page_bytes < four_gib && o.min_blocks_per_page < four_gib &&
+                    page_bytes_for(class_of(o.small_limit)) < four_gib;
+  expects(fits, "small_pages: pages would span 4 GiB or more (small_limit " + std::to_string(o.small_limit) +
+                  ", min_page_bytes " + std::to_string(o.min_page_bytes) + ", min_blocks_per_page " +
+                  std::to_string(o.min_blocks_per_page) + ")");
+  newest_with_room_.assign(class_index(class_of(o.small_limit)) + 1, nullptr);
+}
+
+std::size_t small_pages::class_index(std::size_t block_size) const noexcept
+{
+  // The classes up to alignment * classes_per_doubling are its multiples; after that each doubling (2^k, 2^(k+1)]
+  // has classes_per_doubling classes 2^k + j * 2^k / classes_per_doubling, j = 1 .. classes_per_doubling.
+  std::size_t const a = options_.alignment;
+  std::size_t const per_doubling = options_.classes_per_doubling;
+  std::size_t const linear_end = a * per_doubling;  // a power of two
+  if (block_size <= linear_end) { return block_size / a - 1; }
+  auto const k = static_cast<std::size_t>(std::bit_width(block_size - 1) - 1);  // 2^k < block_size <= 2^(k+1)
+  auto const k0 = static_cast<std::size_t>(std::countr_zero(linear_end));
+  std::size_t const j = (block_size - (std::size_t{1} << k)) / ((std::size_t{1} << k) / per_doubling);
+  return per_doubling - 1 + (k - k0) * per_doubling + j;
 }
 
 std::size_t small_pages::class_of(std::size_t bytes) const noexcept
@@ -74,7 +97,7 @@ std::size_t small_pages::page_bytes_for(std::size_t block_size) const noexcept
   return (wanted + block_size - 1) / block_size * block_size;
 }
 
-small_pages::block small_pages::take_from(std::uintptr_t address, page& p)
+small_pages::block small_pages::take_from(page& p)
 {
   std::size_t index = 0;
   if (!p.free.empty()) {
@@ -86,41 +109,52 @@ small_pages::block small_pages::take_from(std::uintptr_t address, page& p)
     p.streams[index] = p.first_streams;  // never used: the streams of the heap range the page came from
   }
   if (p.used == 0) {  // a kept empty page in use again (or a page add_page has just made)
-    if (auto const kept = std::find(empty_.begin(), empty_.end(), address); kept != empty_.end()) { empty_.erase(kept); }
+    if (auto const kept = std::find(empty_.begin(), empty_.end(), p.address); kept != empty_.end()) { empty_.erase(kept); }
   }
   ++p.used;
   used_bytes_ += p.block_size;
   if (!has_room(p)) { unlist(p); }
-  return block{address + index * p.block_size, p.streams[index]};
+  last_page_ = &p;
+  return block{p.address + index * p.block_size, p.streams[index]};
 }
 
-void small_pages::list(std::uintptr_t address, page& p) noexcept
+void small_pages::list(page& p) noexcept
 {
-  std::uintptr_t& newest = newest_with_room_.find(p.block_size)->second;
-  p.newer = 0;
+  page*& newest = newest_with_room_[class_index(p.block_size)];
+  p.newer = nullptr;
   p.older = newest;
-  if (newest != 0) { pages_.find(newest)->second.newer = address; }
-  newest = address;
+  if (newest != nullptr) { newest->newer = &p; }
+  newest = &p;
 }
 
 void small_pages::unlist(page& p) noexcept
 {
-  if (p.newer != 0) {
-    pages_.find(p.newer)->second.older = p.older;
+  if (p.newer != nullptr) {
+    p.newer->older = p.older;
   } else {
-    newest_with_room_.find(p.block_size)->second = p.older;
+    newest_with_room_[class_index(p.block_size)] = p.older;
   }
-  if (p.older != 0) { pages_.find(p.older)->second.newer = p.newer; }
-  p.newer = 0;
-  p.older = 0;
+  if (p.older != nullptr) { p.older->newer = p.newer; }
+  p.newer = nullptr;
+  p.older = nullptr;
 }
 
 std::optional<small_pages::block> small_pages::take(std::size_t bytes)
 {
-  auto const newest = newest_with_room_.find(class_of(bytes));
-  if (newest == newest_with_room_.end() || newest->second == 0) { return std::nullopt; }
-  std::uintptr_t const address = newest->second;
-  return take_from(address, pages_.at(address));
+  page* const newest = newest_with_room_[class_index(class_of(bytes))];
+  if (newest == nullptr) { return std::nullopt; }
+  return take_from(*newest);
+}
+
+small_pages::page* small_pages::page_of(std::uintptr_t address) noexcept
+{
+  if (last_page_ != nullptr && address >= last_page_->address && address - last_page_->address < last_page_->bytes) {
+    return last_page_;
+  }
+  auto it = pages_.upper_bound(address);
+  if (it == pages_.begin()) { return nullptr; }
+  --it;
+  return address < it->first + it->second.bytes ? &it->second : nullptr;
 }
 
 small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t bytes, std::uint64_t streams)
@@ -145,38 +179,38 @@ small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t byt
     node = one.extract(one.begin());
   }
   page& p = node.mapped();
+  p.address = address;
   p.bytes = size;
   p.block_size = block_size;
   p.capacity = size / block_size;
   p.carved = 0;
   p.used = 0;
   p.first_streams = streams;
-  p.newer = 0;
-  p.older = 0;
+  p.newer = nullptr;
+  p.older = nullptr;
   p.streams.resize(p.capacity);  // may throw (the node is dropped): nothing changed yet
   p.is_free.assign((p.capacity + 63) / 64, 0);
   p.free.clear();
   p.free.reserve(p.capacity);
-  (void)newest_with_room_.try_emplace(block_size, 0);
   page& added = pages_.insert(after, std::move(node))->second;
   page_bytes_ += size;
-  list(address, added);  // unlisted by take_from when one block fills the page
-  return take_from(address, added);
+  list(added);  // unlisted by take_from when one block fills the page
+  return take_from(added);
 }
 
 std::optional<small_pages::retired_page> small_pages::give_back(std::uintptr_t address, std::uint64_t streams)
 {
-  auto it = pages_.upper_bound(address);
-  if (it == pages_.begin()) { refuse(address, " is in no page"); }
-  --it;
-  page& p = it->second;
-  std::uintptr_t const base = it->first;
-  if (address >= base + p.bytes) { refuse(address, " is in no page"); }
-  std::size_t const offset = address - base;
-  if (offset % p.block_size != 0) {
+  page* const found = page_of(address);
+  if (found == nullptr) { refuse(address, " is in no page"); }
+  page& p = *found;
+  std::uintptr_t const base = p.address;
+  // A page spans less than 4 GiB (the constructor checks): a 32-bit division, several times cheaper than a 64-bit one.
+  auto const offset = static_cast<std::uint32_t>(address - base);
+  auto const block_size = static_cast<std::uint32_t>(p.block_size);
+  if (offset % block_size != 0) {
     refuse(address, " is not the start of a block of " + std::to_string(p.block_size) + " bytes");
   }
-  std::size_t const index = offset / p.block_size;
+  std::size_t const index = offset / block_size;
   if (index >= p.carved || test_bit(p.is_free, index)) {
     throw logic_error("small_pages: double free of " + hex(address) + ": the block is already free");
   }
@@ -187,7 +221,8 @@ std::optional<small_pages::retired_page> small_pages::give_back(std::uintptr_t a
   --p.used;
   used_bytes_ -= p.block_size;
   p.streams[index] = streams;
-  if (was_full) { list(base, p); }
+  if (was_full) { list(p); }
+  last_page_ = &p;
   if (p.used != 0) { return std::nullopt; }
   // Kept until the owner's next heap operation, or until more pages are empty.
   empty_.push_back(base);  // capacity reserved at construction: no throw
@@ -210,6 +245,7 @@ small_pages::retired_page small_pages::retire(std::map<std::uintptr_t, page>::it
   page& p = it->second;
   retired_page const out{it->first, p.bytes, streams_of(p)};
   unlist(p);  // an empty page has room: it is listed
+  if (last_page_ == &p) { last_page_ = nullptr; }
   page_bytes_ -= p.bytes;
   if (spare_.size() < spare_limit) {
     spare_.push_back(pages_.extract(it));  // capacity reserved at construction: no throw
@@ -257,6 +293,7 @@ void small_pages::check_invariants() const
   std::uintptr_t previous_end = 0;
   for (auto const& [address, p] : pages_) {
     if (address < previous_end) { fail("the page at " + hex(address) + " overlaps the one before it"); }
+    if (p.address != address) { fail("the page at " + hex(address) + " names another address"); }
     previous_end = address + p.bytes;
     if (p.bytes != page_bytes_for(p.block_size) || p.bytes % p.block_size != 0 || p.capacity != p.bytes / p.block_size) {
       fail("the page at " + hex(address) + " has the wrong size for its class");
@@ -278,21 +315,26 @@ void small_pages::check_invariants() const
     used += p.used * p.block_size;
   }
   std::size_t listed = 0;
-  for (auto const& [block_size, newest] : newest_with_room_) {
-    std::uintptr_t newer = 0;
-    for (std::uintptr_t at = newest; at != 0;) {
-      auto const it = pages_.find(at);
-      if (it == pages_.end() || it->second.block_size != block_size) { fail("a listed page " + hex(at) + " is gone"); }
-      if (!has_room(it->second)) { fail("the full page at " + hex(at) + " is listed"); }
-      if (it->second.newer != newer) { fail("the list of pages with room is broken at " + hex(at)); }
+  for (std::size_t index = 0; index < newest_with_room_.size(); ++index) {
+    page const* newer = nullptr;
+    for (page const* at = newest_with_room_[index]; at != nullptr; at = at->older) {
+      auto const it = pages_.find(at->address);
+      if (it == pages_.end() || &it->second != at || class_index(at->block_size) != index) {
+        fail("a listed page " + hex(at->address) + " is gone or in another class's list");
+      }
+      if (!has_room(*at)) { fail("the full page at " + hex(at->address) + " is listed"); }
+      if (at->newer != newer) { fail("the list of pages with room is broken at " + hex(at->address)); }
       if (++listed > pages_.size()) { fail("the list of pages with room has a cycle"); }
       newer = at;
-      at = it->second.older;
     }
   }
   std::size_t with_room = 0;
   for (auto const& [address, p] : pages_) { with_room += has_room(p) ? 1 : 0; }
   if (listed != with_room) { fail("a page with room is not listed"); }
+  if (last_page_ != nullptr) {
+    auto const it = pages_.find(last_page_->address);
+    if (it == pages_.end() || &it->second != last_page_) { fail("the page last used is gone"); }
+  }
   if (bytes != page_bytes_ || used != used_bytes_) { fail("the byte counts disagree"); }
   if (empty_.size() > empty_limit) { fail("more empty pages kept than " + std::to_string(empty_limit)); }
   for (std::uintptr_t const address : empty_) {

@@ -14,7 +14,7 @@ namespace gpumem::detail {
 namespace {
 
 /// Whether a range of these streams keeps its pieces' streams in the marks.
-[[nodiscard]] bool several_streams(std::uint64_t streams) noexcept { return std::popcount(streams) > 1; }
+[[nodiscard]] bool several_streams(std::uint64_t streams) noexcept { return (streams & (streams - 1)) != 0; }
 
 [[nodiscard]] bool is_power_of_two(std::size_t value) noexcept { return value != 0 && (value & (value - 1)) == 0; }
 

@@ -71,6 +71,59 @@ TEST(small_pages, bad_options_are_refused_naming_them)
               testing::ThrowsMessage<logic_error>(testing::HasSubstr("classes_per_doubling 3")));
   EXPECT_THAT([] { small_pages{{.small_limit = 100}}; }, testing::ThrowsMessage<logic_error>(testing::HasSubstr("small_limit 100")));
   EXPECT_THAT([] { small_pages{{.min_blocks_per_page = 0}}; }, testing::ThrowsMessage<logic_error>(testing::HasSubstr("min_blocks_per_page")));
+  EXPECT_THAT([] { small_pages{{.min_page_bytes = std::size_t{1} << 32}}; },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("4 GiB or more (small_limit 131072, min_page_bytes 4294967296")));
+  EXPECT_THAT([] { small_pages{{.min_blocks_per_page = std::size_t{1} << 16}}; },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("min_blocks_per_page 65536)")))
+    << "65536 blocks of 128 KiB: a page of 8 GiB";
+}
+
+// Every class has a list of its own: with one page of every class, each request is served from its class's page
+// (for every shape of classes), and a block freed in one page never serves another class.
+TEST(small_pages, every_class_is_served_from_its_own_pages)
+{
+  for (unsigned const per_doubling : {1U, 2U, 4U, 8U, 16U}) {
+    small_pages pages{{.small_limit = 128 * KiB, .classes_per_doubling = per_doubling}};
+    std::map<std::size_t, std::uintptr_t> page_of_class;  // class -> its page's address
+    std::uintptr_t next = base;
+    for (std::size_t bytes = 256; bytes <= 128 * KiB; bytes += 256) {
+      std::size_t const size = pages.class_of(bytes);
+      if (page_of_class.contains(size)) { continue; }
+      page_of_class[size] = next;
+      (void)pages.add_page(next, size, 0);
+      next += pages.page_bytes_for(size);
+    }
+    pages.check_invariants();
+    for (std::size_t bytes = 256; bytes <= 128 * KiB; bytes += 256) {
+      std::size_t const size = pages.class_of(bytes);
+      std::uintptr_t const page = page_of_class.at(size);
+      auto const b = pages.take(bytes);
+      ASSERT_TRUE(b) << bytes << " bytes, " << per_doubling << " classes per doubling";
+      ASSERT_GE(b->address, page) << bytes << " bytes came from another class's page";
+      ASSERT_LT(b->address, page + pages.page_bytes_for(size)) << bytes << " bytes came from another class's page";
+      EXPECT_EQ((b->address - page) % size, 0U);
+      EXPECT_FALSE(pages.give_back(b->address, 0));
+    }
+    pages.check_invariants();
+  }
+}
+
+// give_back finds the page a block was last taken from without a search; a retired page must not stay found.
+TEST(small_pages, an_address_of_a_retired_page_is_refused_even_right_after_its_last_block_was_freed)
+{
+  small_pages pages{{}};
+  auto const b = pages.add_page(base, 4 * KiB, 0);
+  EXPECT_FALSE(pages.give_back(b.address, 0));
+  ASSERT_TRUE(pages.retire_empty_page());
+  EXPECT_THAT([&] { (void)pages.give_back(b.address, 0); },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("is in no page")));
+  // A new page at the same place, of another class, is the one found.
+  auto const c = pages.add_page(base, 8 * KiB, 0);
+  EXPECT_EQ(c.address, base);
+  EXPECT_THAT([&] { (void)pages.give_back(base + 4 * KiB, 0); },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("is not the start of a block of 8192 bytes")));
+  EXPECT_FALSE(pages.give_back(c.address, 0));
+  pages.check_invariants();
 }
 
 TEST(small_pages, a_page_is_carved_in_order_refilled_last_in_first_out_kept_when_empty_and_retired_by_the_owner)

@@ -35,7 +35,9 @@
  *   a page is in its class's list of pages with room (a doubly linked list) iff it has room;
  *   used_bytes() == sum of used * class, page_bytes() == sum of page sizes.
  *
- * Costs: take, give_back O(log p) for p pages. add_page O(log p + capacity / 64), and no heap allocation when
+ * Costs: take O(1) (the class's list of pages with room is found by the class's index, its head by pointer);
+ * give_back O(1) when the block is in the page a block was last taken from or given back to, else O(log p) for
+ * p pages. add_page O(log p + capacity / 64), and no heap allocation when
  * one of the last retired pages (up to 16 are kept as spare nodes, without memory of the heap) had at least as
  * many blocks; retiring a page O(log p + carved blocks). Thread-safety: none; the owner locks around every call.
  */
@@ -143,6 +145,7 @@ class GPUMEM_EXPORT small_pages {
 
  private:
   struct page {
+    std::uintptr_t address{};
     std::size_t bytes{};
     std::size_t block_size{};
     std::size_t capacity{};
@@ -152,8 +155,8 @@ class GPUMEM_EXPORT small_pages {
     std::vector<std::uint64_t> streams;   // per carved block: the streams of its last free
     std::vector<std::uint32_t> free;       // indices of free carved blocks (a stack)
     std::vector<std::uint64_t> is_free;    // bitmap over [0, capacity): carved and free
-    std::uintptr_t newer{};                // neighbours in its class's list of pages with room (0: none)
-    std::uintptr_t older{};
+    page* newer{};                         // neighbours in its class's list of pages with room (none: null);
+    page* older{};                         // map nodes keep their address, extracted or not
   };
 
   [[nodiscard]] bool has_room(page const& p) const noexcept { return !p.free.empty() || p.carved < p.capacity; }
@@ -162,15 +165,20 @@ class GPUMEM_EXPORT small_pages {
   /// Forgets the kept empty page at `it` (already out of the list of empty pages). @return it, to retire.
   retired_page retire(std::map<std::uintptr_t, page>::iterator it) noexcept;
   /// A block of `p` (which has room); unlists `p` when that fills it.
-  block take_from(std::uintptr_t address, page& p);
-  /// Puts the page at `address` first in its class's list of pages with room (the class's entry exists).
-  void list(std::uintptr_t address, page& p) noexcept;
-  /// Removes the page at `address` from its class's list of pages with room.
+  block take_from(page& p);
+  /// Puts `p` first in its class's list of pages with room.
+  void list(page& p) noexcept;
+  /// Removes `p` from its class's list of pages with room.
   void unlist(page& p) noexcept;
+  /// The position of class `block_size` among the classes, from 0 (a, 2a, ... in order): its list's index.
+  [[nodiscard]] std::size_t class_index(std::size_t block_size) const noexcept;
+  /// The page that holds `address`, or null.
+  [[nodiscard]] page* page_of(std::uintptr_t address) noexcept;
 
   options options_;
-  std::map<std::uintptr_t, page> pages_;                           // by address
-  std::map<std::size_t, std::uintptr_t> newest_with_room_;  // class -> the head of its pages with room (0: none)
+  std::map<std::uintptr_t, page> pages_;  // by address
+  std::vector<page*> newest_with_room_;   // by class_index: the head of the class's pages with room (none: null)
+  page* last_page_{};                     // the page a block was last taken from or given back to (none: null)
   static constexpr std::size_t spare_limit = 16;
   std::vector<std::uintptr_t> empty_;  // kept empty pages, oldest first
   std::vector<std::map<std::uintptr_t, page>::node_type> spare_;  // retired pages' nodes, kept for reuse
