@@ -9,7 +9,7 @@
  * holder, or each other, from a core.
  *
  * The lock is one 32-bit atomic word: 0 free, 1 held, 2 held with sleepers possible. A sleeper waits on the
- * word (std::atomic::wait: a futex on Linux) after setting it to 2, and an unlock that finds 2 wakes one.
+ * word (a futex on Linux, std::atomic::wait elsewhere) after setting it to 2, and an unlock that finds 2 wakes one.
  *
  * Cost: uncontended, one atomic compare-exchange to lock and one atomic exchange to unlock, inline, with no
  * call into the C library; contended, the spinner count's two atomic additions and up to spin_tries loads
@@ -23,6 +23,12 @@
 
 #include <atomic>
 #include <cstdint>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace gpumem::detail {
 
@@ -43,7 +49,7 @@ class GPUMEM_CAPABILITY("mutex") spinning_mutex {
   }
   void unlock() GPUMEM_RELEASE()
   {
-    if (state_.exchange(free, std::memory_order_release) == contended) { state_.notify_one(); }
+    if (state_.exchange(free, std::memory_order_release) == contended) { wake_one(); }
   }
   [[nodiscard]] bool try_lock() GPUMEM_TRY_ACQUIRE(true)
   {
@@ -72,9 +78,27 @@ class GPUMEM_CAPABILITY("mutex") spinning_mutex {
     }
     // Marking the word contended before sleeping makes the holder's unlock wake a sleeper. Taking it with 2
     // (not 1) may cost one needless wake later, never a lost one.
-    while (state_.exchange(contended, std::memory_order_acquire) != free) {
-      state_.wait(contended, std::memory_order_relaxed);
-    }
+    while (state_.exchange(contended, std::memory_order_acquire) != free) { sleep_while_contended(); }
+  }
+
+  /// Sleeps until an unlock wakes this thread, or at once when the word is no longer `contended`.
+  void sleep_while_contended() noexcept
+  {
+#if defined(__linux__)
+    // The futex itself: std::atomic::wait spins and yields first, and keeps a count of waiters in a shared table.
+    (void)syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&state_), FUTEX_WAIT_PRIVATE, contended, nullptr, nullptr, 0);
+#else
+    state_.wait(contended, std::memory_order_relaxed);
+#endif
+  }
+  /// Wakes one thread sleeping on the word.
+  void wake_one() noexcept
+  {
+#if defined(__linux__)
+    (void)syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&state_), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+#else
+    state_.notify_one();
+#endif
   }
 
   /// Tells the core that this thread spins (it yields the pipeline to the core's other thread).
@@ -87,6 +111,8 @@ class GPUMEM_CAPABILITY("mutex") spinning_mutex {
 #endif
   }
 
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&
+                std::atomic<std::uint32_t>::is_always_lock_free, "the futex is the atomic word itself");
   std::atomic<std::uint32_t> state_{free};
   std::atomic<int> spinners_{0};
 };
