@@ -162,14 +162,14 @@ unsigned vmm_pool_memory_resource::slot_of(cudaStream_t stream)
 {
   if (unsigned const own = find_slot(stream); own != no_slot) { return own; }
   std::uint64_t const thread = is_per_thread_default(stream) ? detail::this_thread_token() : 0;
-  unsigned free_slot = max_slots;
+  unsigned free_slot = no_slot;
   for (unsigned i = 0; i < slots_.size(); ++i) {
     if (!slots_[i].in_use) {
       free_slot = i;
       break;
     }
   }
-  if (free_slot == max_slots && slots_.size() >= max_slots) {
+  if (free_slot == no_slot && slots_.size() >= max_slots) {
     // All slots taken: the frees of slots whose event has completed are safe for every stream, so their
     // bits leave the free ranges; then every slot whose bit no free range carries comes free (a later free
     // on its stream takes a slot again).
@@ -186,11 +186,11 @@ unsigned vmm_pool_memory_resource::slot_of(cudaStream_t stream)
       // A slot with holders keeps its stream and event: a taker still records or waits on them.
       if ((carried & (std::uint64_t{1} << i)) == 0 && progress_[i].holders.load(std::memory_order_acquire) == 0) {
         slots_[i].in_use = false;
-        if (free_slot == max_slots) { free_slot = i; }
+        if (free_slot == no_slot) { free_slot = i; }
       }
     }
   }
-  if (free_slot == max_slots) {
+  if (free_slot == no_slot) {
     if (slots_.size() >= max_slots) { return no_slot; }
     free_slot = static_cast<unsigned>(slots_.size());
     slots_.push_back({});

@@ -146,15 +146,20 @@ std::optional<small_pages::block> small_pages::take(std::size_t bytes)
   return take_from(*newest);
 }
 
+small_pages::page const* small_pages::find_page(std::uintptr_t address) const noexcept
+{
+  auto it = pages_.upper_bound(address);
+  if (it == pages_.begin()) { return nullptr; }
+  --it;
+  return address < it->first + it->second.bytes ? &it->second : nullptr;
+}
+
 small_pages::page* small_pages::page_of(std::uintptr_t address) noexcept
 {
   if (last_page_ != nullptr && address >= last_page_->address && address - last_page_->address < last_page_->bytes) {
     return last_page_;
   }
-  auto it = pages_.upper_bound(address);
-  if (it == pages_.begin()) { return nullptr; }
-  --it;
-  return address < it->first + it->second.bytes ? &it->second : nullptr;
+  return const_cast<page*>(find_page(address));  // NOLINT(cppcoreguidelines-pro-type-const-cast): our own page
 }
 
 small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t bytes, std::uint64_t streams)
@@ -255,13 +260,7 @@ small_pages::retired_page small_pages::retire(std::map<std::uintptr_t, page>::it
   return out;
 }
 
-bool small_pages::owns(std::uintptr_t address) const noexcept
-{
-  auto it = pages_.upper_bound(address);
-  if (it == pages_.begin()) { return false; }
-  --it;
-  return address < it->first + it->second.bytes;
-}
+bool small_pages::owns(std::uintptr_t address) const noexcept { return find_page(address) != nullptr; }
 
 void small_pages::forget_streams(std::uint64_t mask) noexcept
 {

@@ -172,7 +172,9 @@ class GPUMEM_EXPORT small_pages {
   void unlist(page& p) noexcept;
   /// The position of class `block_size` among the classes, from 0 (a, 2a, ... in order): its list's index.
   [[nodiscard]] std::size_t class_index(std::size_t block_size) const noexcept;
-  /// The page that holds `address`, or null.
+  /// The page that holds `address`, or null: a search of the pages by address.
+  [[nodiscard]] page const* find_page(std::uintptr_t address) const noexcept;
+  /// The same, trying the page used last first.
   [[nodiscard]] page* page_of(std::uintptr_t address) noexcept;
 
   options options_;
