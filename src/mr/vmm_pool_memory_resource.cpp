@@ -322,16 +322,18 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
   void* block = nullptr;
   if (rounded) {
     detail::lock_guard lock{mutex_};
-    block = try_take(*rounded, size, stream, false, waits);
+    block = try_take(*rounded, size, stream, 0, waits);
   }
   if (block == nullptr) {
     drain_thread_caches();  // before growing or failing: cached blocks first
     detail::lock_guard lock{mutex_};  // before fail(), which describes the heap
     if (!rounded) { fail(bytes, "the size overflows when rounded up to 256 bytes"); }
-    block = try_take(*rounded, size, stream, true, waits);
+    // A new page's size follows the pool's: taken before a growth, so that the growth makes room for it.
+    std::size_t const page = size != 0 ? pages_->page_bytes_for(size, heap_->backed_bytes()) : 0;
+    block = try_take(*rounded, size, stream, page, waits);
     if (block == nullptr) {
-      grow(bytes, size != 0 ? pages_->page_bytes_for(size) : *rounded);
-      block = try_take(*rounded, size, stream, true, waits);
+      grow(bytes, size != 0 ? page : *rounded);
+      block = try_take(*rounded, size, stream, page, waits);
       if (block == nullptr) { fail(bytes, "internal error: no block after growing"); }
     }
   }
@@ -340,7 +342,7 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
 }
 
 void* vmm_pool_memory_resource::try_take(std::size_t rounded, std::size_t size, cuda_stream_view stream,
-                                         bool may_add_page, stream_waits& waits)
+                                         std::size_t new_page, stream_waits& waits)
 {
   if (size == 0) {
     retire_empty_pages();
@@ -354,14 +356,14 @@ void* vmm_pool_memory_resource::try_take(std::size_t rounded, std::size_t size, 
     if (block->streams != 0) { plan_waits(block->streams, stream.value(), waits); }
     return reinterpret_cast<void*>(block->address);
   }
-  if (!may_add_page) { return nullptr; }
-  std::size_t const page = pages_->page_bytes_for(size);
+  if (new_page == 0) { return nullptr; }
+  std::size_t const page = new_page;
   retire_empty_pages();
   auto const taken = heap_->take(page);
   if (!taken) { return nullptr; }
   detail::small_pages::block block{};
   try {
-    block = pages_->add_page(taken->address, rounded, taken->streams);
+    block = pages_->add_page(taken->address, rounded, page, taken->streams);
   } catch (...) {
     heap_->give_back(taken->address, page, taken->streams);
     throw;

@@ -37,7 +37,8 @@
  * own size class (mr/detail/small_pages.hpp), each page one block of the heap, given back to it once its last
  * block is freed (before the pool's next operation on the heap, so that a block of one size allocated and
  * freed in a loop keeps its page). A small block thus never splits a large free range, and pins at most its
- * page.
+ * page. A new page spans about 1/128 of the pool's physical memory, from 64 KiB to 512 KiB, so that a small
+ * pool is not held up by one page per size class.
  *
  * Thread caches: a small block of at most vmm_pool_options::thread_cache_limit bytes freed on a default
  * stream (the legacy default stream, or the thread's own per-thread default stream) goes into the freeing
@@ -308,10 +309,10 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// The cache's name for a stream: its handle, with both names of the legacy default stream as 0.
   [[nodiscard]] static std::uintptr_t cache_key(cuda_stream_view stream) noexcept;
   /// A block for `rounded` bytes without growing: from a page of class `size` when small (size != 0; or,
-  /// with may_add_page, from a new page taken from the heap: only once the thread caches were drained into
-  /// their pages), else from the heap, counted in use; nullptr when there is no room. Fills `waits` with the
-  /// stream waits the block needs before `stream` may use it (wait_for_frees). Lock held.
-  void* try_take(std::size_t rounded, std::size_t size, cuda_stream_view stream, bool may_add_page,
+  /// when new_page is not 0, from a new page of new_page bytes taken from the heap: only once the thread caches
+  /// were drained into their pages), else from the heap, counted in use; nullptr when there is no room. Fills
+  /// `waits` with the stream waits the block needs before `stream` may use it (wait_for_frees). Lock held.
+  void* try_take(std::size_t rounded, std::size_t size, cuda_stream_view stream, std::size_t new_page,
                  stream_waits& waits) GPUMEM_REQUIRES(mutex_);
   /// The waits `stream` needs for a block last freed on the slots of `mask`, counted as held (and in
   /// cross_stream_takes when there is one). Lock held.

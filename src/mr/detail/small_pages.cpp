@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <string>
 
 namespace gpumem::detail {
@@ -53,13 +54,17 @@ small_pages::small_pages(options const& o) : options_{o}
   expects(o.min_blocks_per_page >= 1, "small_pages: min_blocks_per_page is 0");
   expects(o.min_page_bytes >= o.alignment && o.min_page_bytes % o.alignment == 0,
           "small_pages: min_page_bytes " + std::to_string(o.min_page_bytes) + " is not a positive multiple of the alignment");
+  expects(o.max_page_bytes >= o.min_page_bytes && o.max_page_bytes % o.alignment == 0,
+          "small_pages: max_page_bytes " + std::to_string(o.max_page_bytes) +
+            " is not a multiple of the alignment of at least min_page_bytes " + std::to_string(o.min_page_bytes));
+  expects(o.pool_divisor >= 1, "small_pages: pool_divisor is 0");
   // The largest class has the largest pages; give_back divides offsets in a page in 32 bits. (Each factor below
   // 2^32 first, so that the product cannot overflow.)
   constexpr std::size_t four_gib = std::size_t{1} << 32;
-  bool const fits = o.small_limit < four_gib && o.min_page_bytes < four_gib && o.min_blocks_per_page < four_gib &&
-                    page_bytes_for(class_of(o.small_limit)) < four_gib;
+  bool const fits = o.small_limit < four_gib && o.max_page_bytes < four_gib && o.min_blocks_per_page < four_gib &&
+                    page_bytes_for(class_of(o.small_limit), std::numeric_limits<std::size_t>::max()) < four_gib;
   expects(fits, "small_pages: pages would span 4 GiB or more (small_limit " + std::to_string(o.small_limit) +
-                  ", min_page_bytes " + std::to_string(o.min_page_bytes) + ", min_blocks_per_page " +
+                  ", max_page_bytes " + std::to_string(o.max_page_bytes) + ", min_blocks_per_page " +
                   std::to_string(o.min_blocks_per_page) + ")");
   newest_with_room_.assign(class_index(class_of(o.small_limit)) + 1, nullptr);
 }
@@ -91,10 +96,29 @@ std::size_t small_pages::class_of(std::size_t bytes) const noexcept
   return (rounded + step - 1) & ~(step - 1);
 }
 
-std::size_t small_pages::page_bytes_for(std::size_t block_size) const noexcept
+std::size_t small_pages::whole_page(std::size_t block_size, std::size_t target) const noexcept
 {
-  std::size_t const wanted = std::max(options_.min_page_bytes, options_.min_blocks_per_page * block_size);
+  std::size_t const wanted = std::max(target, options_.min_blocks_per_page * block_size);
   return (wanted + block_size - 1) / block_size * block_size;
+}
+
+std::size_t small_pages::page_bytes_for(std::size_t block_size, std::size_t pool_bytes) const noexcept
+{
+  std::size_t const by_pool = std::bit_floor(std::max<std::size_t>(pool_bytes / options_.pool_divisor, 1));
+  return whole_page(block_size, std::clamp(by_pool, options_.min_page_bytes, options_.max_page_bytes));
+}
+
+bool small_pages::is_page_size(std::size_t block_size, std::size_t bytes) const noexcept
+{
+  // page_bytes_for clamps a power of two: its targets are min_page_bytes, the powers of two between the two
+  // bounds and max_page_bytes (both below 4 GiB: the constructor checks).
+  std::size_t const low = options_.min_page_bytes;
+  std::size_t const high = options_.max_page_bytes;
+  if (bytes == whole_page(block_size, low) || bytes == whole_page(block_size, high)) { return true; }
+  for (std::size_t target = std::bit_ceil(low); target < high; target *= 2) {
+    if (bytes == whole_page(block_size, target)) { return true; }
+  }
+  return false;
 }
 
 small_pages::block small_pages::take_from(page& p)
@@ -162,11 +186,16 @@ small_pages::page* small_pages::page_of(std::uintptr_t address) noexcept
   return const_cast<page*>(find_page(address));  // NOLINT(cppcoreguidelines-pro-type-const-cast): our own page
 }
 
-small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t bytes, std::uint64_t streams)
+small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t bytes, std::size_t page_bytes,
+                                         std::uint64_t streams)
 {
   std::size_t const block_size = class_of(bytes);
-  std::size_t const size = page_bytes_for(block_size);
+  std::size_t const size = page_bytes;
   if (address % options_.alignment != 0) { throw logic_error("small_pages: a page at " + hex(address) + " is misaligned"); }
+  if (!is_page_size(block_size, size)) {
+    throw logic_error("small_pages: a page of " + std::to_string(size) + " bytes for blocks of " +
+                      std::to_string(block_size) + " bytes has no size that page_bytes_for gives");
+  }
   auto const after = pages_.lower_bound(address);
   bool const overlaps_next = after != pages_.end() && after->first < address + size;
   bool const overlaps_previous = after != pages_.begin() && std::prev(after)->first + std::prev(after)->second.bytes > address;
@@ -294,7 +323,7 @@ void small_pages::check_invariants() const
     if (address < previous_end) { fail("the page at " + hex(address) + " overlaps the one before it"); }
     if (p.address != address) { fail("the page at " + hex(address) + " names another address"); }
     previous_end = address + p.bytes;
-    if (p.bytes != page_bytes_for(p.block_size) || p.bytes % p.block_size != 0 || p.capacity != p.bytes / p.block_size) {
+    if (!is_page_size(p.block_size, p.bytes) || p.bytes % p.block_size != 0 || p.capacity != p.bytes / p.block_size) {
       fail("the page at " + hex(address) + " has the wrong size for its class");
     }
     if ((p.used == 0) != (std::find(empty_.begin(), empty_.end(), address) != empty_.end())) {

@@ -5,8 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <random>
 #include <vector>
@@ -18,6 +20,15 @@ using detail::small_pages;
 
 constexpr std::size_t KiB = std::size_t{1} << 10;
 constexpr std::uintptr_t base = std::uintptr_t{1} << 40;
+constexpr std::size_t large_pool = std::size_t{1} << 30;  // a pool whose pages have the largest size
+
+/// The page a pool of large_pool bytes adds for requests of `bytes`.
+std::size_t page_for(small_pages const& pages, std::size_t bytes) { return pages.page_bytes_for(pages.class_of(bytes), large_pool); }
+/// Adds the page a pool of large_pool bytes adds.
+small_pages::block add(small_pages& pages, std::uintptr_t address, std::size_t bytes, std::uint64_t streams)
+{
+  return pages.add_page(address, bytes, page_for(pages, bytes), streams);
+}
 
 TEST(small_pages, classes_cover_the_request_waste_less_than_a_step_and_are_aligned)
 {
@@ -35,10 +46,12 @@ TEST(small_pages, classes_cover_the_request_waste_less_than_a_step_and_are_align
     EXPECT_LT(c - bytes, std::max<std::size_t>(256, c / 4)) << bytes;
     EXPECT_GE(c, previous) << "classes grow with the request";
     previous = c;
-    std::size_t const page = pages.page_bytes_for(c);
-    EXPECT_EQ(page % c, 0U) << "whole blocks only";
-    EXPECT_GE(page, 512 * KiB);
-    EXPECT_GE(page / c, 4U);
+    for (std::size_t const pool : {std::size_t{0}, std::size_t{16} << 20, large_pool}) {
+      std::size_t const page = pages.page_bytes_for(c, pool);
+      EXPECT_EQ(page % c, 0U) << "whole blocks only";
+      EXPECT_GE(page, pool == large_pool ? 512 * KiB : 64 * KiB);
+      EXPECT_GE(page / c, 4U);
+    }
   }
   EXPECT_TRUE(pages.serves(128 * KiB));
   EXPECT_FALSE(pages.serves(128 * KiB + 1));
@@ -71,11 +84,51 @@ TEST(small_pages, bad_options_are_refused_naming_them)
               testing::ThrowsMessage<logic_error>(testing::HasSubstr("classes_per_doubling 3")));
   EXPECT_THAT([] { small_pages{{.small_limit = 100}}; }, testing::ThrowsMessage<logic_error>(testing::HasSubstr("small_limit 100")));
   EXPECT_THAT([] { small_pages{{.min_blocks_per_page = 0}}; }, testing::ThrowsMessage<logic_error>(testing::HasSubstr("min_blocks_per_page")));
-  EXPECT_THAT([] { small_pages{{.min_page_bytes = std::size_t{1} << 32}}; },
-              testing::ThrowsMessage<logic_error>(testing::HasSubstr("4 GiB or more (small_limit 131072, min_page_bytes 4294967296")));
+  EXPECT_THAT([] { small_pages{{.max_page_bytes = std::size_t{1} << 32}}; },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("4 GiB or more (small_limit 131072, max_page_bytes 4294967296")));
+  EXPECT_THAT([] { small_pages{{.min_page_bytes = 1024 * KiB}}; },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("max_page_bytes 524288 is not a multiple of the alignment of at least min_page_bytes 1048576")));
+  EXPECT_THAT([] { small_pages{{.pool_divisor = 0}}; }, testing::ThrowsMessage<logic_error>(testing::HasSubstr("pool_divisor is 0")));
   EXPECT_THAT([] { small_pages{{.min_blocks_per_page = std::size_t{1} << 16}}; },
               testing::ThrowsMessage<logic_error>(testing::HasSubstr("min_blocks_per_page 65536)")))
     << "65536 blocks of 128 KiB: a page of 8 GiB";
+}
+
+// A small pool takes small pages: the 32 classes with one block each would pin 16 MiB in pages of 512 KiB.
+TEST(small_pages, pages_grow_with_the_pool_from_the_smallest_to_the_largest_size)
+{
+  small_pages pages{{}};  // pages of 64 KiB to 512 KiB, about 1/128 of the pool
+  constexpr std::size_t MiB = std::size_t{1} << 20;
+  EXPECT_EQ(pages.page_bytes_for(256, 0), 64 * KiB);
+  EXPECT_EQ(pages.page_bytes_for(256, 8 * MiB), 64 * KiB);
+  EXPECT_EQ(pages.page_bytes_for(256, 16 * MiB), 128 * KiB);
+  EXPECT_EQ(pages.page_bytes_for(256, 48 * MiB), 256 * KiB) << "a power of two: 48 MiB / 128 rounds down";
+  EXPECT_EQ(pages.page_bytes_for(256, 64 * MiB), 512 * KiB);
+  EXPECT_EQ(pages.page_bytes_for(256, std::numeric_limits<std::size_t>::max()), 512 * KiB);
+  EXPECT_EQ(pages.page_bytes_for(768, 0), 64 * KiB + 512) << "whole blocks: 86 blocks of 768 bytes";
+  EXPECT_EQ(pages.page_bytes_for(64 * KiB, 0), 256 * KiB) << "at least min_blocks_per_page blocks";
+  EXPECT_EQ(pages.page_bytes_for(96 * KiB, large_pool), 576 * KiB) << "512 KiB rounded up to whole blocks";
+  std::size_t small_pool_pages = 0;
+  std::size_t classes = 0;
+  for (std::size_t c = 256; c <= 128 * KiB; c = pages.class_of(c + 1)) {
+    small_pool_pages += pages.page_bytes_for(c, 0);
+    ++classes;
+  }
+  EXPECT_EQ(classes, 32U);
+  EXPECT_LT(small_pool_pages, 8 * MiB) << "one page of every class in a new pool";
+  // A page must have a size some pool gives: anything else is the owner's mistake, refused with nothing changed.
+  EXPECT_THAT([&] { (void)pages.add_page(base, 256, 100 * KiB, 0); },
+              testing::ThrowsMessage<logic_error>(testing::HasSubstr("a page of 102400 bytes for blocks of 256 bytes has no size")));
+  EXPECT_THAT([&] { (void)pages.add_page(base, 256, 1024 * KiB, 0); }, testing::Throws<logic_error>());
+  EXPECT_EQ(pages.page_count(), 0U);
+  for (std::size_t const page : {64 * KiB, 128 * KiB, 256 * KiB, 512 * KiB}) {
+    auto const b = pages.add_page(base + 4 * page, 256, page, 0);
+    EXPECT_EQ(b.address, base + 4 * page);
+    EXPECT_TRUE(pages.owns(base + 4 * page + page - 1));
+    EXPECT_FALSE(pages.owns(base + 4 * page + page)) << "the page spans the bytes it was given";
+  }
+  EXPECT_EQ(pages.page_bytes(), 960 * KiB);
+  pages.check_invariants();
 }
 
 // Every class has a list of its own: with one page of every class, each request is served from its class's page
@@ -90,8 +143,8 @@ TEST(small_pages, every_class_is_served_from_its_own_pages)
       std::size_t const size = pages.class_of(bytes);
       if (page_of_class.contains(size)) { continue; }
       page_of_class[size] = next;
-      (void)pages.add_page(next, size, 0);
-      next += pages.page_bytes_for(size);
+      (void)add(pages, next, size, 0);
+      next += page_for(pages, size);
     }
     pages.check_invariants();
     for (std::size_t bytes = 256; bytes <= 128 * KiB; bytes += 256) {
@@ -100,7 +153,7 @@ TEST(small_pages, every_class_is_served_from_its_own_pages)
       auto const b = pages.take(bytes);
       ASSERT_TRUE(b) << bytes << " bytes, " << per_doubling << " classes per doubling";
       ASSERT_GE(b->address, page) << bytes << " bytes came from another class's page";
-      ASSERT_LT(b->address, page + pages.page_bytes_for(size)) << bytes << " bytes came from another class's page";
+      ASSERT_LT(b->address, page + page_for(pages, size)) << bytes << " bytes came from another class's page";
       EXPECT_EQ((b->address - page) % size, 0U);
       EXPECT_FALSE(pages.give_back(b->address, 0));
     }
@@ -112,13 +165,13 @@ TEST(small_pages, every_class_is_served_from_its_own_pages)
 TEST(small_pages, an_address_of_a_retired_page_is_refused_even_right_after_its_last_block_was_freed)
 {
   small_pages pages{{}};
-  auto const b = pages.add_page(base, 4 * KiB, 0);
+  auto const b = add(pages, base, 4 * KiB, 0);
   EXPECT_FALSE(pages.give_back(b.address, 0));
   ASSERT_TRUE(pages.retire_empty_page());
   EXPECT_THAT([&] { (void)pages.give_back(b.address, 0); },
               testing::ThrowsMessage<logic_error>(testing::HasSubstr("is in no page")));
   // A new page at the same place, of another class, is the one found.
-  auto const c = pages.add_page(base, 8 * KiB, 0);
+  auto const c = add(pages, base, 8 * KiB, 0);
   EXPECT_EQ(c.address, base);
   EXPECT_THAT([&] { (void)pages.give_back(base + 4 * KiB, 0); },
               testing::ThrowsMessage<logic_error>(testing::HasSubstr("is not the start of a block of 8192 bytes")));
@@ -130,8 +183,8 @@ TEST(small_pages, a_page_is_carved_in_order_refilled_last_in_first_out_kept_when
 {
   small_pages pages{{}};
   EXPECT_FALSE(pages.take(4 * KiB)) << "no page yet";
-  std::size_t const page = pages.page_bytes_for(4 * KiB);
-  auto const first = pages.add_page(base, 4 * KiB, 0);
+  std::size_t const page = page_for(pages, 4 * KiB);
+  auto const first = add(pages, base, 4 * KiB, 0);
   EXPECT_EQ(first.address, base);
   std::vector<std::uintptr_t> blocks{first.address};
   for (std::size_t i = 1; i < page / (4 * KiB); ++i) {
@@ -174,7 +227,7 @@ TEST(small_pages, a_page_is_carved_in_order_refilled_last_in_first_out_kept_when
 TEST(small_pages, double_frees_foreign_and_inner_addresses_are_refused_and_nothing_changes)
 {
   small_pages pages{{}};
-  auto const a = pages.add_page(base, 1 * KiB, 0);
+  auto const a = add(pages, base, 1 * KiB, 0);
   auto const b = pages.take(1 * KiB);
   ASSERT_TRUE(b);
   EXPECT_FALSE(pages.give_back(b->address, 0));
@@ -188,9 +241,9 @@ TEST(small_pages, double_frees_foreign_and_inner_addresses_are_refused_and_nothi
               testing::ThrowsMessage<logic_error>(testing::HasSubstr("double free"))) << "an uncarved block is not in use";
   EXPECT_EQ(pages.used_bytes(), 1 * KiB);
   pages.check_invariants();
-  EXPECT_THAT([&] { (void)pages.add_page(base + 256 * KiB, 1 * KiB, 0); },
+  EXPECT_THAT([&] { (void)add(pages, base + 256 * KiB, 1 * KiB, 0); },
               testing::ThrowsMessage<logic_error>(testing::HasSubstr("overlaps")));
-  EXPECT_THAT([&] { (void)pages.add_page(base - 256 * KiB, 1 * KiB, 0); },
+  EXPECT_THAT([&] { (void)add(pages, base - 256 * KiB, 1 * KiB, 0); },
               testing::ThrowsMessage<logic_error>(testing::HasSubstr("overlaps")));
   EXPECT_EQ(pages.page_count(), 1U);
   pages.check_invariants();
@@ -199,7 +252,7 @@ TEST(small_pages, double_frees_foreign_and_inner_addresses_are_refused_and_nothi
 TEST(small_pages, a_block_carries_the_streams_of_its_last_free_and_a_retired_page_all_of_them)
 {
   small_pages pages{{}};
-  auto const a = pages.add_page(base, 64 * KiB, 0b1000);
+  auto const a = add(pages, base, 64 * KiB, 0b1000);
   EXPECT_EQ(a.streams, 0b1000U) << "a new block follows the heap range's streams";
   auto const b = pages.take(64 * KiB);
   ASSERT_TRUE(b);
@@ -226,10 +279,10 @@ TEST(small_pages, a_block_carries_the_streams_of_its_last_free_and_a_retired_pag
 TEST(small_pages, more_empty_pages_than_the_limit_retire_the_oldest)
 {
   small_pages pages{{}};
-  std::size_t const page = pages.page_bytes_for(1 * KiB);
+  std::size_t const page = page_for(pages, 1 * KiB);
   std::vector<std::uintptr_t> firsts;
   for (std::size_t i = 0; i <= small_pages::empty_limit; ++i) {
-    firsts.push_back(pages.add_page(base + i * page, 1 * KiB, 0).address);
+    firsts.push_back(add(pages, base + i * page, 1 * KiB, 0).address);
   }
   for (std::size_t i = 0; i < small_pages::empty_limit; ++i) {
     EXPECT_FALSE(pages.give_back(firsts[i], std::uint64_t{1} << i)) << "kept";
@@ -271,7 +324,9 @@ TEST(small_pages, random_steps_agree_with_a_model)
           ASSERT_FALSE(pages.owns(r->address));
           heap_free[r->bytes].push_back(r->address);
         }
-        std::size_t const page = pages.page_bytes_for(cls);
+        // Pools of every size along the way: pages of several sizes per class, each of them reused.
+        constexpr std::array<std::size_t, 4> pools{0, std::size_t{16} << 20, std::size_t{32} << 20, large_pool};
+        std::size_t const page = pages.page_bytes_for(cls, pools[rng() % pools.size()]);
         std::uintptr_t address = 0;
         if (auto& spare = heap_free[page]; !spare.empty()) {
           address = spare.back();
@@ -280,7 +335,7 @@ TEST(small_pages, random_steps_agree_with_a_model)
           address = heap_top;
           heap_top += page;
         }
-        b = pages.add_page(address, bytes, 0);
+        b = pages.add_page(address, bytes, page, 0);
       }
       auto const after = live.lower_bound(b->address);
       ASSERT_TRUE(after == live.end() || after->first >= b->address + cls) << "overlaps the next live block";

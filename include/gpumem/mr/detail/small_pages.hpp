@@ -20,15 +20,20 @@
  * block size class_of(bytes): the request rounded up to the alignment while that is at most alignment *
  * classes_per_doubling, else rounded up to one of classes_per_doubling equal steps of its power of two (less
  * than 1 / classes_per_doubling of the block wasted).
- * A page of class c spans page_bytes_for(c) = max(min_page_bytes, min_blocks_per_page * c) rounded up to
- * c (whole blocks only).
+ * Pages grow with the pool: a page of class c added while the pool holds `pool_bytes` spans
+ * page_bytes_for(c, pool_bytes) = max(clamp(bit_floor(pool_bytes / pool_divisor), min_page_bytes, max_page_bytes),
+ * min_blocks_per_page * c) rounded up to c (whole blocks only). With the default options, the 32 classes with
+ * one page of max_page_bytes each would pin 16 MiB however little the program allocates; in a pool of
+ * max_page_bytes * pool_divisor (64 MiB) or more, every new page has the largest size, and as many blocks per
+ * heap operation as before.
  *
  * Streams: each block carries the 64-bit mask of the streams (the owner's slots) of its last free (a block
  * never used yet: the mask of the heap range its page came from); a block taken carries its mask, so the
  * owner orders the new user after that free. A retired page hands the union of its blocks' masks to the heap.
  *
  * Invariants (check_invariants()):
- *   pages do not overlap; a page's size is page_bytes_for(its class), a multiple of its class;
+ *   pages do not overlap; a page's size is a multiple of its class, between page_bytes_for(its class, 0) and
+ *   page_bytes_for(its class, any pool);
  *   a page's free blocks are exactly the carved blocks not in use, each once (a bitmap);
  *   used + free + uncarved == capacity; a page has used == 0 iff it is kept empty, and then it is in the list
  *   of kept empty pages, which holds at most empty_limit pages;
@@ -62,7 +67,9 @@ class GPUMEM_EXPORT small_pages {
   /** @brief The shape of the pages. */
   struct options {
     std::size_t small_limit{std::size_t{128} << 10};     ///< the largest request served from pages
-    std::size_t min_page_bytes{std::size_t{512} << 10};  ///< the smallest page
+    std::size_t min_page_bytes{std::size_t{64} << 10};   ///< the smallest page (before min_blocks_per_page)
+    std::size_t max_page_bytes{std::size_t{512} << 10};  ///< the largest page (before min_blocks_per_page)
+    std::size_t pool_divisor{128};                       ///< pages span about 1 / pool_divisor of the pool
     std::size_t min_blocks_per_page{4};                  ///< a page holds at least this many blocks
     unsigned classes_per_doubling{4};                    ///< size classes per power of two (1, 2, 4, 8, 16)
     std::size_t alignment{256};                          ///< every block size and address is a multiple
@@ -88,24 +95,26 @@ class GPUMEM_EXPORT small_pages {
   [[nodiscard]] bool serves(std::size_t bytes) const noexcept { return bytes > 0 && bytes <= options_.small_limit; }
   /** @return the block size that serves `bytes` (a multiple of the alignment, at least `bytes`). @pre serves(bytes) */
   [[nodiscard]] std::size_t class_of(std::size_t bytes) const noexcept;
-  /** @return the bytes of a page of class `block_size`. */
-  [[nodiscard]] std::size_t page_bytes_for(std::size_t block_size) const noexcept;
+  /** @return the bytes of a page of class `block_size` added while the pool holds `pool_bytes` (file comment). */
+  [[nodiscard]] std::size_t page_bytes_for(std::size_t block_size, std::size_t pool_bytes) const noexcept;
 
   /**
    * @brief A block of class_of(bytes) from the page that most recently gained room (a new page, or a full
    * one a block was freed in): blocks are reused where they were freed, and other pages may drain and retire.
    * On the PyTorch logs this order kept the peak lower than taking the lowest address.
-   * @return nullopt when no page of that class has room: take page_bytes_for(class_of(bytes)) from the heap
-   *         and call add_page.
+   * @return nullopt when no page of that class has room: take page_bytes_for(class_of(bytes), the pool's
+   *         bytes) from the heap and call add_page with that size.
    */
   [[nodiscard]] std::optional<block> take(std::size_t bytes);
 
   /**
-   * @brief Adds a page at `address` for requests of `bytes`, and takes its first block (returned).
+   * @brief Adds a page of `page_bytes` at `address` for requests of `bytes`, and takes its first block (returned).
+   * @param page_bytes page_bytes_for(class_of(bytes), some pool size).
    * @param streams the mask of the heap's free range the page came from (the first user follows it).
-   * @throws gpumem::logic_error if the page would overlap another or is misaligned; std::bad_alloc.
+   * @throws gpumem::logic_error if the page would overlap another, is misaligned or has a size that
+   *         page_bytes_for gives for no pool; std::bad_alloc.
    */
-  block add_page(std::uintptr_t address, std::size_t bytes, std::uint64_t streams);
+  block add_page(std::uintptr_t address, std::size_t bytes, std::size_t page_bytes, std::uint64_t streams);
 
   /**
    * @brief Frees the block at `address`, freed on the streams of `streams`. When this was the page's last
@@ -172,6 +181,10 @@ class GPUMEM_EXPORT small_pages {
   void unlist(page& p) noexcept;
   /// The position of class `block_size` among the classes, from 0 (a, 2a, ... in order): its list's index.
   [[nodiscard]] std::size_t class_index(std::size_t block_size) const noexcept;
+  /// `target` bytes raised to min_blocks_per_page blocks of `block_size`, rounded up to whole blocks.
+  [[nodiscard]] std::size_t whole_page(std::size_t block_size, std::size_t target) const noexcept;
+  /// Whether page_bytes_for(block_size, some pool size) is `bytes`. O(log(max_page_bytes / min_page_bytes))
+  [[nodiscard]] bool is_page_size(std::size_t block_size, std::size_t bytes) const noexcept;
   /// The page that holds `address`, or null: a search of the pages by address.
   [[nodiscard]] page const* find_page(std::uintptr_t address) const noexcept;
   /// The same, trying the page used last first.
