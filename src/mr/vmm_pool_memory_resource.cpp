@@ -305,6 +305,149 @@ void vmm_pool_memory_resource::wait_on_host(std::uint64_t mask)
   }
 }
 
+// ---- combining ------------------------------------------------------------------------------------------
+
+namespace {
+
+/// The calling thread's combining slot in the pool it used last (checked against the slot's owner).
+struct combining_memo {
+  void const* pool;
+  unsigned slot;
+};
+constinit thread_local combining_memo tls_combining{nullptr, 0};
+
+/// Spins of a waiter before it takes its operation back and sleeps on the mutex (each a pause, every 16th a try).
+constexpr unsigned spin_limit = 1024;
+
+inline void spin_pause() noexcept
+{
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+}  // namespace
+
+vmm_pool_memory_resource::combined_op* vmm_pool_memory_resource::combining_slot() noexcept
+{
+  detail::thread_cache* const mine = caches_.local();
+  if (mine == nullptr) { return nullptr; }
+  detail::block_cache const* const me = &mine->cache;  // this thread's, for this pool, until the thread exits
+  if (tls_combining.pool == this && combined_[tls_combining.slot].owner.load(std::memory_order_relaxed) == me) {
+    return &combined_[tls_combining.slot];
+  }
+  unsigned const claimed = combined_claimed_.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < claimed; ++i) {
+    if (combined_[i].owner.load(std::memory_order_relaxed) == me) {
+      tls_combining = {this, i};
+      return &combined_[i];
+    }
+  }
+  for (unsigned i = 0; i < combining_slots; ++i) {
+    detail::block_cache const* expected = nullptr;
+    if (combined_[i].owner.compare_exchange_strong(expected, me, std::memory_order_acq_rel)) {
+      unsigned seen = combined_claimed_.load(std::memory_order_relaxed);
+      while (seen < i + 1 && !combined_claimed_.compare_exchange_weak(seen, i + 1, std::memory_order_release)) {}
+      tls_combining = {this, i};
+      return &combined_[i];
+    }
+  }
+  return nullptr;
+}
+
+std::uint32_t vmm_pool_memory_resource::run_op(combined_op& op, bool own) noexcept
+{
+  try {
+    if (!op.is_free) {
+      op.block = try_take(op.rounded, op.size, cuda_stream_view{op.stream}, 0, *op.waits);
+      return combined_op::done;
+    }
+    if (!own) {
+      // A new slot creates an event, and some streams record theirs at every free: driver calls that belong
+      // on the freeing thread (its current device).
+      unsigned const slot = find_slot(op.stream);
+      if (slot == no_slot || slots_[slot].record_at_free) { return combined_op::declined; }
+    }
+    free_into_heap(op.address, op.rounded, op.size != 0, op.stream);
+  } catch (...) {
+    op.error = std::current_exception();
+  }
+  return combined_op::done;
+}
+
+void vmm_pool_memory_resource::run_published() noexcept
+{
+  if (combined_waiting_.load(std::memory_order_acquire) == 0) { return; }
+  unsigned const claimed = combined_claimed_.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < claimed; ++i) {
+    combined_op& op = combined_[i];
+    // Claimed before it runs: a waiter that takes its operation back (run_locked) and this holder never both
+    // succeed.
+    std::uint32_t expected = combined_op::published;
+    if (op.state.load(std::memory_order_relaxed) != expected ||
+        !op.state.compare_exchange_strong(expected, combined_op::running, std::memory_order_acquire)) {
+      continue;
+    }
+    combined_waiting_.fetch_sub(1, std::memory_order_relaxed);
+    std::uint32_t const result = run_op(op, false);
+    if (result == combined_op::done) { ++combined_operations_; }
+    op.state.store(result, std::memory_order_release);
+  }
+}
+
+void vmm_pool_memory_resource::run_locked(combined_op& op) noexcept
+{
+  if (mutex_.try_lock()) {  // uncontended: run it here
+    (void)run_op(op, true);
+    run_published();
+    mutex_.unlock();
+    return;
+  }
+  op.state.store(combined_op::published, std::memory_order_release);
+  combined_waiting_.fetch_add(1, std::memory_order_acq_rel);
+  // Takes the operation back, so that no holder runs it: false when a holder has claimed it first.
+  auto const take_back = [&]() noexcept {
+    std::uint32_t expected = combined_op::published;
+    if (!op.state.compare_exchange_strong(expected, combined_op::idle, std::memory_order_acquire)) { return false; }
+    combined_waiting_.fetch_sub(1, std::memory_order_relaxed);
+    return true;
+  };
+  // With the mutex held (which it releases): runs the operation unless a holder ran it, then the others'.
+  auto const finish_holding = [&]() GPUMEM_RELEASE(mutex_) {
+    if (op.state.load(std::memory_order_acquire) != combined_op::done) { (void)run_op(op, true); }
+    run_published();
+    mutex_.unlock();
+  };
+  for (unsigned spin = 1;; ++spin) {
+    std::uint32_t const state = op.state.load(std::memory_order_acquire);
+    if (state == combined_op::done) { break; }
+    if (state == combined_op::declined) {  // no longer published: blocking on the mutex is safe
+      mutex_.lock();
+      finish_holding();
+      break;
+    }
+    if (state == combined_op::published) {
+      if (spin % 16 == 0 && mutex_.try_lock()) {
+        (void)take_back();  // no holder but this thread now: it cannot fail to be ours
+        finish_holding();
+        break;
+      }
+      // A thread blocks on the mutex only with its operation taken back: a holder that ran it could plan an
+      // event record that this thread makes after the call, and the next holder may be a stream's
+      // destruction that waits, holding the mutex, for that record.
+      if (spin >= spin_limit && take_back()) {
+        mutex_.lock();
+        finish_holding();
+        break;
+      }
+    }
+    spin_pause();  // published, or running on the holder's thread (one operation: it ends soon)
+  }
+  op.state.store(combined_op::idle, std::memory_order_relaxed);
+}
+
 void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view stream)
 {
   checked_call const check{*this, invariant_sampler_, checked_name, "allocate"};
@@ -321,8 +464,30 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
   stream_waits waits;
   void* block = nullptr;
   if (rounded) {
-    detail::lock_guard lock{mutex_};
-    block = try_take(*rounded, size, stream, 0, waits);
+    if (mutex_.try_lock()) {  // uncontended: run here, without looking up a combining slot
+      try {
+        block = try_take(*rounded, size, stream, 0, waits);
+      } catch (...) {
+        run_published();
+        mutex_.unlock();
+        throw;
+      }
+      run_published();
+      mutex_.unlock();
+    } else if (combined_op* const op = combinable(stream) ? combining_slot() : nullptr) {
+      op->is_free = false;
+      op->rounded = *rounded;
+      op->size = size;
+      op->stream = stream.value();
+      op->waits = &waits;
+      op->block = nullptr;
+      run_locked(*op);
+      if (op->error) { std::rethrow_exception(std::exchange(op->error, nullptr)); }
+      block = op->block;
+    } else {
+      detail::lock_guard lock{mutex_};
+      block = try_take(*rounded, size, stream, 0, waits);
+    }
   }
   if (block == nullptr) {
     drain_thread_caches();  // before growing or failing: cached blocks first
@@ -414,9 +579,34 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
       return;
     }
   }
-  detail::lock_guard lock{mutex_};
+  std::exception_ptr error;
+  if (mutex_.try_lock()) {  // uncontended: run here, without looking up a combining slot
+    try {
+      free_into_heap(address, rounded, size != 0, stream.value());
+    } catch (...) {
+      error = std::current_exception();
+    }
+    run_published();
+    mutex_.unlock();
+  } else if (combined_op* const op = combinable(stream) ? combining_slot() : nullptr) {
+    op->is_free = true;
+    op->rounded = rounded;
+    op->size = size;
+    op->stream = stream.value();
+    op->address = address;
+    run_locked(*op);
+    error = std::exchange(op->error, nullptr);
+  } else {
+    detail::lock_guard lock{mutex_};
+    try {
+      free_into_heap(address, rounded, size != 0, stream.value());
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (!error) { return; }
   try {
-    free_into_heap(address, rounded, size != 0, stream.value());
+    std::rethrow_exception(error);
   } catch (logic_error const& e) {  // a double free or a foreign pointer (virtual_heap::give_back); unchanged
     detail::report_deallocation_misuse(std::string{"vmm_pool_memory_resource::deallocate("} + format_pointer(ptr) +
                                        ", " + std::to_string(bytes) + " bytes): " + e.what());
@@ -511,6 +701,12 @@ void vmm_pool_memory_resource::thread_exiting(detail::block_cache& cache) noexce
 {
   // Not own_thread: the exiting thread's per-thread default stream may be gone already.
   cache.spill_all(std::nullopt, [this](detail::block_cache::spill_batch const& batch) noexcept { spill(batch, false); });
+  // Its combining slot comes free (the thread is in no call of this pool, so nothing of it is published).
+  unsigned const claimed = combined_claimed_.load(std::memory_order_acquire);
+  for (unsigned i = 0; i < claimed; ++i) {
+    detail::block_cache const* expected = &cache;
+    if (combined_[i].owner.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel)) { break; }
+  }
 }
 
 std::pair<std::size_t, std::size_t> vmm_pool_memory_resource::cached_totals() const noexcept
@@ -878,6 +1074,7 @@ GPUMEM_VMM_POOL_GETTER(slabs_moved, moved_)
 GPUMEM_VMM_POOL_GETTER(slabs_released, released_)
 GPUMEM_VMM_POOL_GETTER(cross_stream_takes, cross_stream_takes_)
 GPUMEM_VMM_POOL_GETTER(cross_stream_waits, cross_stream_waits_)
+GPUMEM_VMM_POOL_GETTER(combined_operations, combined_operations_)
 #undef GPUMEM_VMM_POOL_GETTER
 
 // The caches are read before the mutex is taken (lock order): a block moving between them meanwhile may be

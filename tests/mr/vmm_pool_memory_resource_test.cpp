@@ -29,12 +29,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -1280,6 +1282,163 @@ TEST(vmm_pool_memory_resource, four_threads_allocate_and_free_concurrently)
   EXPECT_EQ(pool.bytes_in_use(), 0U);
   (void)pool.release_unused();
   EXPECT_EQ(pool.physical_bytes(), 0U);
+}
+
+// Threads that find the mutex held publish their calls for its holder (combining): with more threads than
+// cores, many calls are run by another thread, and every block still stays whole and every byte comes back.
+TEST(vmm_pool_memory_resource, calls_run_by_the_mutexs_holder_for_waiting_threads_keep_every_block_whole)
+{
+  constexpr int thread_count = 8;
+  vmm_pool_memory_resource pool{slabs_of(granule, 1 * GiB)};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&pool, &failures, t] {
+      cuda_stream stream{cuda_stream::flags::non_blocking};
+      std::mt19937_64 rng{static_cast<std::uint64_t>(t) + 700};
+      std::vector<std::tuple<void*, std::size_t, std::uint32_t>> live;
+      for (int i = 0; i < 3000; ++i) {
+        if (live.empty() || (live.size() < 30 && rng() % 2 == 0)) {
+          std::size_t const bytes = log_uniform_size(rng, 18.0);
+          void* p = pool.allocate(bytes, stream.view());
+          auto const seed = static_cast<std::uint32_t>(t * 100'000 + i + 1);
+          if (i % 16 == 0) { write_pattern(p, bytes, seed, stream.value()); }
+          live.emplace_back(p, bytes, i % 16 == 0 ? seed : 0);
+        } else {
+          std::size_t const index = static_cast<std::size_t>(rng() % live.size());
+          auto const [p, bytes, seed] = live[index];
+          live[index] = live.back();
+          live.pop_back();
+          if (seed != 0 && !has_pattern(p, bytes, seed, stream.value())) { failures.fetch_add(1); }
+          pool.deallocate(p, bytes, stream.view());
+        }
+      }
+      for (auto const& [p, bytes, seed] : live) { pool.deallocate(p, bytes, stream.view()); }
+    });
+  }
+  for (auto& thread : threads) { thread.join(); }
+  EXPECT_EQ(failures.load(), 0) << "a block's contents changed while it was live: handed out twice?";
+  EXPECT_GT(pool.combined_operations(), 0U) << "no call was run by another thread: combining was not exercised";
+  pool.check_invariants();
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+  (void)pool.release_unused();
+  EXPECT_EQ(pool.physical_bytes(), 0U);
+}
+
+// A double free that another thread runs for its caller is still refused and reported to the caller
+// (checked_deallocate throws there), while other threads keep the mutex busy; the pool is unchanged by it.
+TEST(vmm_pool_memory_resource, a_double_free_run_by_the_mutexs_holder_is_reported_to_the_thread_that_made_it)
+{
+  vmm_pool_memory_resource pool{slabs_of(granule, 1 * GiB)};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> busy;
+  // The busy threads use another class, and each keeps one block, so their page never empties and they never
+  // take memory that the double frees below name (a block reused in between would be freed for real).
+  for (int t = 0; t < 4; ++t) {
+    busy.emplace_back([&pool, &stop] {
+      cuda_stream stream{cuda_stream::flags::non_blocking};
+      void* const kept = pool.allocate(8192, stream.view());
+      while (!stop.load()) {
+        void* p = pool.allocate(8192, stream.view());
+        pool.deallocate(p, 8192, stream.view());
+      }
+      pool.deallocate(kept, 8192, stream.view());
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds{20});  // every busy thread holds its block
+  cuda_stream stream{cuda_stream::flags::non_blocking};
+  int refused = 0;
+  std::size_t const combined_before = pool.combined_operations();
+  for (int i = 0; i < 400; ++i) {
+    std::size_t const bytes = i % 2 == 0 ? 4096 : 1 * MiB;  // a page's block, then the heap's
+    void* p = pool.allocate(bytes, stream.view());
+    pool.deallocate(p, bytes, stream.view());
+    try {
+      pool.checked_deallocate(p, bytes, stream.view());
+    } catch (logic_error const&) {
+      ++refused;
+    }
+  }
+  stop = true;
+  for (auto& thread : busy) { thread.join(); }
+  EXPECT_EQ(refused, 400) << "every double free is refused in the thread that made it";
+  EXPECT_GT(pool.combined_operations(), combined_before);
+  pool.check_invariants();
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+}
+
+// Streams that gpumem may not use after a call (made with the backend's stream_create, as CuPy, PyTorch or raw
+// CUDA make them) record their event during every free; the mutex's holder leaves those frees to their own
+// thread. Each thread destroys its stream right after its last free: a record or wait on a destroyed stream
+// aborts on the host backend.
+TEST(vmm_pool_memory_resource, frees_on_foreign_streams_of_waiting_threads_stay_on_their_threads)
+{
+  vmm_pool_memory_resource pool{slabs_of(granule, 1 * GiB)};
+  detail::backend& backend = detail::get_backend();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&pool, &backend, t] {
+      std::mt19937_64 rng{static_cast<std::uint64_t>(t) + 900};
+      for (int round = 0; round < 20; ++round) {
+        cudaStream_t const raw = backend.stream_create(cudaStreamNonBlocking, 0);
+        cuda_stream_view const stream{raw};
+        std::vector<std::pair<void*, std::size_t>> live;
+        for (int i = 0; i < 60; ++i) {
+          std::size_t const bytes = log_uniform_size(rng, 18.0);
+          live.emplace_back(pool.allocate(bytes, stream), bytes);
+          if (i % 3 == 2) {
+            pool.deallocate(live.front().first, live.front().second, stream);
+            live.erase(live.begin());
+          }
+        }
+        for (auto const& [p, bytes] : live) { pool.deallocate(p, bytes, stream); }
+        backend.stream_destroy(raw);
+      }
+    });
+  }
+  for (auto& thread : threads) { thread.join(); }
+  pool.check_invariants();
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
+}
+
+// A holder that runs a waiting thread's allocation may plan an event record on the stream that freed the block,
+// which the waiter makes after its call; a stream's destruction waits, holding the mutex, for such records. A
+// waiter that slept on the mutex with its call still published could thus wait for a destruction that waits for
+// it. Here every thread frees blocks of one class on a stream it then destroys, while the others take those
+// blocks on theirs (cross-stream takes), with more threads than the host has cores, so that waiters run out of
+// spins. It must finish (a pool whose waiters sleep with their call published deadlocks here in most runs); a
+// deadlock fails it after two minutes instead of hanging the suite.
+TEST(vmm_pool_memory_resource, a_waiter_served_by_the_holder_makes_its_records_before_a_stream_destruction_waits_for_them)
+{
+  constexpr int thread_count = 8;
+  vmm_pool_memory_resource pool{slabs_of(granule, 1 * GiB)};
+  std::atomic<int> finished{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < thread_count; ++t) {
+    threads.emplace_back([&pool, &finished] {
+      for (int round = 0; round < 600; ++round) {
+        cuda_stream stream{cuda_stream::flags::non_blocking};  // announced: records at need, before destruction
+        std::array<void*, 24> blocks{};
+        for (void*& p : blocks) { p = pool.allocate(4096, stream.view()); }
+        for (void* p : blocks) { pool.deallocate(p, 4096, stream.view()); }
+      }  // the stream is destroyed at the end of each round, while other threads take its blocks
+      finished.fetch_add(1);
+    });
+  }
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::minutes{2};
+  while (finished.load() < thread_count && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
+  }
+  if (finished.load() < thread_count) {
+    ADD_FAILURE() << thread_count - finished.load() << " threads did not finish in two minutes: a deadlock";
+    std::fflush(stdout);
+    std::_Exit(1);  // the stuck threads cannot be joined
+  }
+  for (auto& thread : threads) { thread.join(); }
+  EXPECT_GT(pool.cross_stream_takes(), 0U) << "no block changed streams: the scenario was not exercised";
+  EXPECT_GT(pool.combined_operations(), 0U) << "no call was run by another thread: combining was not exercised";
+  pool.check_invariants();
+  EXPECT_EQ(pool.bytes_in_use(), 0U);
 }
 
 /// Holds `stream` back for `ms` milliseconds: the work queued after it runs that much later.

@@ -67,9 +67,20 @@
  *
  * Thread-safety: all members may be called concurrently (one mutex, held also while growing, that a waiting
  * thread retries briefly before it sleeps: detail/spinning_mutex.hpp; a lock per
- * thread cache, taken before the mutex, never while it is held). The driver calls that order a block for a
- * stream other than the one that freed it (an event record and a cudaStreamWaitEvent) run after the mutex is
- * released, so threads on different streams make them in parallel.
+ * thread cache, taken before the mutex, never while it is held). Combining: a thread that finds the mutex
+ * held publishes the locked part of its allocate or deallocate in a slot of its own and spins on that slot;
+ * whichever thread holds the mutex runs every published operation before releasing it, so the heap's data
+ * stays on one core instead of moving to each thread in turn (docs/vmm_pool.md). A holder claims an operation
+ * (one compare-exchange) before it runs it. A waiter not served within about a thousand spins takes its
+ * operation back (the same compare-exchange; when a holder claimed it first, it spins until that one
+ * operation is done) and sleeps on the mutex like any other thread: it never sleeps while its operation is
+ * published, since a holder that ran it may plan an event record that the waiter makes after the call.
+ * Not combined: calls on the per-thread default stream (their slot is the calling thread's), calls of a pool
+ * with a release_threshold (a free may release memory), and frees whose stream has no slot yet or records its
+ * event at every free (the calling thread makes those driver calls itself: the holder declines them). Up to 64
+ * threads at once have a slot; others lock. The driver calls that order a block for a stream other than the
+ * one that freed it (an event record and a cudaStreamWaitEvent) run after the mutex is released, so threads on
+ * different streams make them in parallel.
  * Stream-ordering: as device_memory_resource.hpp says. Memory freed on stream A is reused on A at once;
  * another stream B that takes it first waits (cudaStreamWaitEvent, no host synchronisation) on an event
  * recorded on A after the free (cross_stream_takes() counts these takes, cross_stream_waits() their waits).
@@ -119,6 +130,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
@@ -255,6 +267,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /** @return how many stream waits those takes made: one per other stream whose frees the block carries
    *  (the streams that freed the pieces it is cut from). */
   [[nodiscard]] std::size_t cross_stream_waits() const noexcept;
+  /** @return how many allocations and deallocations since construction were run by another thread that held
+   *  the mutex when their own thread found it held (combining: the file comment's Thread-safety). */
+  [[nodiscard]] std::size_t combined_operations() const noexcept;
   /** @brief Checks the heap's invariants and the byte counts. @throws gpumem::logic_error naming a violation. */
   void check_invariants() const;
 
@@ -293,6 +308,28 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
     std::uint64_t streams{0};    // the block's mask: what it goes back with when a wait fails
   };
 
+  /// The locked part of an allocate or deallocate, published by a thread that found the mutex held, for the
+  /// holder to run (Thread-safety in the file comment). Fields are written by the publishing thread before
+  /// `state` becomes published, and by the holder that runs it before `state` becomes done or declined.
+  struct alignas(64) combined_op {
+    static constexpr std::uint32_t idle = 0;
+    static constexpr std::uint32_t published = 1;
+    static constexpr std::uint32_t done = 2;
+    static constexpr std::uint32_t declined = 3;  // needs a driver call: its thread runs it
+    static constexpr std::uint32_t running = 4;   // claimed by a holder, which runs it
+    std::atomic<std::uint32_t> state{idle};
+    std::atomic<detail::block_cache const*> owner{nullptr};  // the owning thread's cache (none: free slot)
+    bool is_free{};
+    std::size_t rounded{};
+    std::size_t size{};            // the small class (0: from the heap)
+    cudaStream_t stream{};
+    std::uintptr_t address{};      // a free's block
+    stream_waits* waits{};         // an allocation's waits, filled by the take
+    void* block{};                 // an allocation's block (null: no room without growing)
+    std::exception_ptr error;      // what the operation threw
+  };
+  static constexpr unsigned combining_slots = 64;
+
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
   [[nodiscard]] bool do_is_equal(device_memory_resource const& other) const noexcept override
@@ -321,6 +358,22 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// at `block` (small, or `heap_bytes` bytes from the heap) goes back with its streams and it rethrows.
   void wait_for_frees(stream_waits const& waits, void* block, std::size_t heap_bytes, cudaStream_t stream)
     GPUMEM_EXCLUDES(mutex_);
+  /// Whether calls on `stream` may be combined (Thread-safety in the file comment).
+  [[nodiscard]] bool combinable(cuda_stream_view stream) const noexcept
+  {
+    return !stream.is_per_thread_default() && !release_threshold_;
+  }
+  /// The calling thread's combining slot (claimed on first use), or null: none free, or no thread cache.
+  [[nodiscard]] combined_op* combining_slot() noexcept;
+  /// Runs `op` with the mutex held: here when the mutex is free, else published for the holder to run, spinning
+  /// until a holder ran it, this thread got the mutex by a try, or it took the operation back after spin_limit
+  /// spins and then locked; a declined op then runs here under the mutex. Errors land in op.error.
+  void run_locked(combined_op& op) noexcept GPUMEM_EXCLUDES(mutex_);
+  /// Runs `op` (own: the calling thread's, so it may make driver calls; else it declines the frees that need
+  /// them). @return combined_op::done or combined_op::declined. Lock held.
+  std::uint32_t run_op(combined_op& op, bool own) noexcept GPUMEM_REQUIRES(mutex_);
+  /// Runs every published operation of other threads once. Lock held.
+  void run_published() noexcept GPUMEM_REQUIRES(mutex_);
   /// Frees a small block into its page, and a page that empties into the heap. Lock held.
   /// @throws gpumem::logic_error for a double free or an address that is no block's (nothing changes).
   void free_into_page(std::uintptr_t address, std::uint64_t mask) GPUMEM_REQUIRES(mutex_);
@@ -409,6 +462,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::size_t released_ GPUMEM_GUARDED_BY(mutex_){};
   std::size_t cross_stream_takes_ GPUMEM_GUARDED_BY(mutex_){};
   std::size_t cross_stream_waits_ GPUMEM_GUARDED_BY(mutex_){};
+  std::size_t combined_operations_ GPUMEM_GUARDED_BY(mutex_){};
   detail::invariant_sampler invariant_sampler_;  // which calls check_invariants() after them (debug builds)
   std::size_t small_block_limit_{};   // fixed at construction (read without the lock)
   std::size_t thread_cache_limit_{};  // fixed at construction (read without the lock)
@@ -416,6 +470,9 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   mutable detail::mutex exports_mutex_;  // taken inside mutex_, never the other way round
   /// The descriptor of each piece that was exported (shareable()), shared by the exports, until it goes back.
   mutable std::map<physical_handle, std::shared_ptr<owned_fd const>> exported_pieces_ GPUMEM_GUARDED_BY(exports_mutex_);
+  std::array<combined_op, combining_slots> combined_{};  // one per thread that found the mutex held
+  std::atomic<unsigned> combined_claimed_{0};  // slots [0, this) were ever claimed (the holder scans them)
+  std::atomic<unsigned> combined_waiting_{0};  // operations published and not yet run
   mutable detail::thread_cache_registry caches_{this};  // after everything spill() uses: detached first
 };
 
