@@ -789,8 +789,12 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
     spare.clear();
   };
   std::size_t const piece_slabs =  // the most slabs one new mapping covers
-    mapping_divisor_ == 0 ? max_mapping_slabs_
-                          : std::clamp<std::size_t>(heap_->slab_count() / mapping_divisor_, 1, max_mapping_slabs_);
+    mapping_divisor_ == 0
+      ? max_mapping_slabs_
+      : std::clamp<std::size_t>(std::max(heap_->slab_count() / mapping_divisor_,
+                                         (still_needed + vmm_pool_options::max_pieces_per_growth - 1) /
+                                           vmm_pool_options::max_pieces_per_growth),
+                                1, max_mapping_slabs_);
   std::size_t mappings = 0;
   std::size_t spare_slabs = 0;  // the slabs in `spare`
   try {

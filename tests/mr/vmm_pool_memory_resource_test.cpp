@@ -653,6 +653,33 @@ TEST(vmm_pool_memory_resource, with_a_mapping_divisor_pieces_grow_with_the_pool)
   capped.check_invariants();
 }
 
+// A large request to a small pool: 1/N of the pool is one slab, but the growth makes at most
+// max_pieces_per_growth pieces (each a driver call to create and one to map), larger ones.
+TEST(vmm_pool_memory_resource, a_large_growth_makes_a_bounded_number_of_pieces)
+{
+  constexpr std::size_t most = vmm_pool_options::max_pieces_per_growth;
+  simulated_vmm_provider provider;
+  vmm_pool_memory_resource pool{borrow(provider), growing_pieces(granule, 64)};
+  void* large = pool.allocate(8 * most * granule);  // an empty pool: pieces of 8 slabs, not 1
+  EXPECT_EQ(pool.mapping_count(), most);
+  EXPECT_EQ(pool.slab_count(), 8 * most);
+  void* odd = pool.allocate((most + 1) * granule);  // 1/64 of 256 slabs is 4, more than 33 slabs / 32 (2)
+  EXPECT_EQ(pool.mapping_count(), most + 9U) << "pieces of 4 slabs: 8 of them and one of 1";
+  EXPECT_TRUE(books_balance(pool, provider));
+  pool.deallocate(large, 8 * most * granule);
+  pool.deallocate(odd, (most + 1) * granule);
+  EXPECT_EQ(pool.release_unused(), (9 * most + 1) * granule);
+  EXPECT_EQ(provider.physical_bytes(), 0U);
+
+  vmm_pool_options capped_options = growing_pieces(granule, 64);
+  capped_options.max_mapping_size = 2 * granule;  // the cap still holds
+  vmm_pool_memory_resource capped{borrow(provider), capped_options};
+  void* p = capped.allocate(8 * most * granule);
+  EXPECT_EQ(capped.mapping_count(), 4 * most);
+  capped.deallocate(p, 8 * most * granule);
+  capped.check_invariants();
+}
+
 TEST(vmm_pool_memory_resource, a_wholly_free_piece_moves_whole_instead_of_memory_being_created)
 {
   simulated_vmm_provider provider;

@@ -19,7 +19,8 @@
  * and the old mapping is unmapped once the work of every stream that freed memory in the piece has completed
  * (an event query at the pool's next growth or release_unused(); a host wait only when a growth needs those
  * addresses again), so a growth never waits for the device. Only what is still missing is created, in
- * pieces of up to 1/64 of the pool (vmm_pool_options::mapping_divisor). When the device has no memory for it
+ * pieces of up to 1/64 of the pool (vmm_pool_options::mapping_divisor), or of 1/32 of the growth when that is
+ * more (vmm_pool_options::max_pieces_per_growth). When the device has no memory for it
  * (or maximum_physical_size forbids it, or it exceeds the device's total memory, which fails before any
  * memory is created), the slabs backed for this request go back to the device and gpumem::out_of_memory
  * names the request, the pool's state and the device's free and total memory.
@@ -142,6 +143,10 @@ namespace gpumem::mr {
 
 /** @brief How a vmm_pool_memory_resource is built. */
 struct vmm_pool_options {
+  /// With a mapping_divisor and no max_mapping_size, one growth creates at most this many new pieces (without
+  /// it, a new pool asked for 8 GiB created 256 pieces of one 32 MiB slab: docs/vmm_pool.md).
+  static constexpr std::size_t max_pieces_per_growth = 32;
+
   /// Bytes of physical memory per slab, rounded up to the device's granularity (2 MiB on Hopper). Smaller
   /// slabs waste less at the peak and cost more calls to grow (docs/PERFORMANCE.md measured 32 MiB).
   std::size_t slab_size{std::size_t{32} << 20};
@@ -152,10 +157,11 @@ struct vmm_pool_options {
   /// so larger pieces hold more memory than the live bytes need.
   std::optional<std::size_t> max_mapping_size{};
   /// N > 0 (the default, 64): a new piece covers up to 1/N of the physical memory the pool holds when it
-  /// grows (at least one slab; at most max_mapping_size, when that is set). A large pool then grows in
-  /// fewer driver calls, and what one whole piece pins stays a small share of the pool: on the PyTorch logs
-  /// 64 kept every ratio under 1.05 with 13-31 % fewer pieces (docs/PERFORMANCE.md). 0: pieces of
-  /// max_mapping_size (one slab by default).
+  /// grows, or 1/max_pieces_per_growth of the growth when that is more (at least one slab; at most
+  /// max_mapping_size, when that is set). A large pool then grows in fewer driver calls, what one whole piece
+  /// pins stays a small share of the pool (on the PyTorch logs 64 kept every ratio under 1.05 with 13-31 %
+  /// fewer pieces: docs/PERFORMANCE.md), and a large request to a small pool makes a bounded number of
+  /// pieces. 0: pieces of max_mapping_size (one slab by default).
   std::size_t mapping_divisor{64};
   /// Bytes of virtual address space to reserve (at least one slab; rounded up to slabs); none: four times
   /// the device's total memory.
