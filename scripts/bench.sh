@@ -13,7 +13,7 @@
 #   --no-build    run what the tree has, as it is (no configure, no build)
 #   --quick       3 repetitions and 0.05 s per benchmark, 3 replays per log (sized for one call of a time-limited GPU machine);
 #                 the default is 5 repetitions and 5 replays, medians
-#   --only LIST   comma-separated runs, from alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python,ipc,torch
+#   --only LIST   comma-separated runs, from alloc,adaptors,transfer,plain,vmm,cli_bench,replay,replay_warm,python,ipc,torch
 #                 (default: all but torch; python and torch need a tree built with GPUMEM_BUILD_PYTHON=ON, else
 #                 they are skipped; torch, PyTorch's allocators against gpumem's on two PyTorch programs, needs
 #                 PyTorch and a GPU and takes about ten minutes: TORCH_BENCH_ARGS adds arguments to it)
@@ -32,7 +32,7 @@ out=${OUT:-build/bench}
 build=build/bench-release
 quick=0
 no_build=0
-only=alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python,ipc
+only=alloc,adaptors,transfer,plain,vmm,cli_bench,replay,replay_warm,python,ipc
 extra=()
 while (($#)); do
   case $1 in
@@ -49,8 +49,8 @@ while (($#)); do
 done
 for run in ${only//,/ }; do
   case $run in
-    alloc | adaptors | transfer | plain | vmm | cli_bench | replay | python | ipc | torch) ;;
-    *) echo "bench.sh: unknown run '$run' in --only (known: alloc,adaptors,transfer,plain,vmm,cli_bench,replay,python,ipc,torch)" >&2
+    alloc | adaptors | transfer | plain | vmm | cli_bench | replay | replay_warm | python | ipc | torch) ;;
+    *) echo "bench.sh: unknown run '$run' in --only (known: alloc,adaptors,transfer,plain,vmm,cli_bench,replay,replay_warm,python,ipc,torch)" >&2
        exit 2 ;;
   esac
 done
@@ -82,7 +82,10 @@ fi
 say() { printf '\n==== %s\n' "$*" | tee -a "$log"; }
 record() {  # record NAME KIND INPUT COMMAND...: adds INPUT to the bundle
   local name=$1 kind=$2 input=$3; shift 3
-  python3 scripts/bench_record.py "$bundle" "$input" --name "$name" --kind "$kind" --command "$*" 2>&1 | tee -a "$log"
+  local machine=()  # the CLI's device 0 and backend, so that a run without Google Benchmark's context names them
+  [[ -n $cli_device ]] && machine=(--device "$cli_device" --backend "$cli_backend")
+  python3 scripts/bench_record.py "$bundle" "$input" --name "$name" --kind "$kind" --command "$*" "${machine[@]}" \
+    2>&1 | tee -a "$log"
   return "${PIPESTATUS[0]}"
 }
 # gbench NAME EXE [ARGS...]: a Google Benchmark executable, its JSON recorded.
@@ -121,6 +124,15 @@ else
   ((PIPESTATUS[0] == 0)) || { echo "bench.sh: build failed ($log)" >&2; exit 1; }
 fi
 
+# The machine as gpumem sees it: device 0 and the backend (`gpumem info`), for the runs that do not say.
+cli_device=""
+cli_backend=""
+if [[ -x $build/cli/gpumem ]]; then
+  info=$(timeout 60 "$build/cli/gpumem" info 2>/dev/null)
+  cli_device=$(sed -n 's/^device 0: //p' <<<"$info" | head -n 1)
+  cli_backend=$(sed -n 's/^backend: *//p' <<<"$info" | head -n 1)
+fi
+
 say "environment"
 {
   echo "date: $(date -u +%FT%TZ)  host: $(uname -srm)  cores: $(nproc 2>/dev/null || echo ?)"
@@ -152,6 +164,8 @@ if wants cli_bench; then
   if ((quick)); then cli cli_bench bench --quick --repeat "$repeat" --csv; else cli cli_bench bench --repeat "$repeat" --csv; fi
 fi
 wants replay && cli replay replay --csv --repeat "$repeat" --resource pool,vmm,cuda_async "${logs[@]}"
+# The steady state: each resource replays the log once untimed, then the timed replay on the same instance.
+wants replay_warm && cli replay_warm replay --csv --warm --repeat "$repeat" --resource pool,vmm,cuda_async "${logs[@]}"
 if wants python; then
   python=$(sed -n 's/^Python3_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
   if [[ -d $build/python/gpumem && -n $python ]]; then

@@ -1,5 +1,5 @@
 // `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--slab-mib N] [--mapping-mib N] [--mapping-divisor N]
-// [--repeat N] [--threads N] [--csv]`:
+// [--repeat N] [--threads N] [--warm] [--csv]`:
 // replays allocation logs against resources by name and prints one table per log (docs/formats.md). Each run
 // streams the log (a pipe or standard input is copied on its first pass when there are more runs). The
 // reading, the replay and the resources are the library's (replay/log_source.hpp, replay/replay.hpp,
@@ -47,6 +47,7 @@ struct replay_command {
   bool csv{false};
   std::size_t repeats{1};                                     // --repeat: runs per resource, interleaved
   std::size_t threads{1};                                     // --threads: replay_options::threads
+  bool warm{false};                                           // --warm: time a second replay on each resource
   std::size_t vmm_slab_mib{32};                               // --slab-mib: the vmm resource's slab size
   std::optional<std::size_t> vmm_max_mapping_mib{};           // --mapping-mib: its largest new mapping
   std::size_t vmm_mapping_divisor{registry::resource_options{}.vmm_mapping_divisor};  // --mapping-divisor: 1/N of the pool
@@ -86,15 +87,17 @@ int run_replay(replay_command const& c, std::ostream& out)
   if (c.csv) {
     out << "log,resource,ops,ns_per_op,peak_upstream_bytes,peak_live_bytes,ratio,failures,unknown_frees,"
            "log_failures,log_failures_reproduced,reserves_upfront,runs,ns_per_op_min,ns_per_op_max,threads,"
-           "cross_thread_waits\n";
+           "cross_thread_waits,warm\n";
   }
   library_log_summary library_log;
   text_table const table = replay_table(c.repeats, c.threads);
   std::size_t const device_bytes = c.simulate ? 0 : current_device_memory_bytes();
   for (std::string const& path : c.logs) {
-    log_source source{path, c.resources.size() * c.repeats > 1 ? log_passes::many : log_passes::one};
+    log_source source{path, c.resources.size() * c.repeats * (c.warm ? 2 : 1) > 1 ? log_passes::many : log_passes::one};
     // Every run on a fresh resource; the resources take turns (pool, vmm, pool, vmm, ...), so that a slow
-    // spell of the host falls on all of them (docs/benchmarks.md: medians, ratios within one run).
+    // spell of the host falls on all of them (docs/benchmarks.md: medians, ratios within one run). With
+    // --warm, each run first replays the log once on its resource, untimed, and the second replay is the one
+    // reported: the resource's steady state, without the memory it first takes from the device.
     std::vector<std::vector<replay_result>> runs(c.resources.size());
     std::vector<bool> upfront(c.resources.size(), false);
     for (std::size_t run = 0; run < c.repeats; ++run) {
@@ -106,6 +109,12 @@ int run_replay(replay_command const& c, std::ostream& out)
                                                                  .vmm_mapping_divisor = c.vmm_mapping_divisor});
         std::string const label =
           source.name() + " on " + name + (c.repeats > 1 ? " (run " + std::to_string(run + 1) + ")" : "");
+        if (c.warm) {
+          progress_bar warm_up{label + " (warm-up)"};
+          allocation_log_reader first = source.open();
+          (void)replay(first, r, {.progress = warm_up.callback(), .threads = c.threads});
+          warm_up.clear();
+        }
         progress_bar progress{label};
         allocation_log_reader log = source.open();
         runs[i].push_back(replay(log, r, {.progress = progress.callback(), .threads = c.threads}));
@@ -128,7 +137,8 @@ int run_replay(replay_command const& c, std::ostream& out)
       out << "log: " << source.name() << " (" << any.events << " events, peak live "
           << compact_bytes(any.peak_live_bytes) << (c.simulate ? "; simulated upstream" : "")
           << (c.repeats > 1 ? "; ns/op: median of " + std::to_string(c.repeats) + " runs, taking turns" : "")
-          << (c.threads != 1 ? "; its threads replayed concurrently, ns/op: wall time / ops" : "") << ")\n";
+          << (c.threads != 1 ? "; its threads replayed concurrently, ns/op: wall time / ops" : "")
+          << (c.warm ? "; warm: each resource timed on its second replay" : "") << ")\n";
     }
     if (!c.csv) { out << table.header(); }
     bool any_upfront = false;
@@ -144,7 +154,7 @@ int run_replay(replay_command const& c, std::ostream& out)
             << std::setprecision(4) << result.fragmentation.value_or(0.0) << ',' << result.failures << ','
             << result.unknown_frees << ',' << result.log_failures << ',' << result.log_failures_reproduced << ','
             << (upfront[i] ? 1 : 0) << ',' << c.repeats << ',' << std::setprecision(1) << t.min << ',' << t.max
-            << ',' << result.threads << ',' << result.cross_thread_waits << '\n';
+            << ',' << result.threads << ',' << result.cross_thread_waits << ',' << (c.warm ? 1 : 0) << '\n';
       } else {
         std::string const ratio = result.fragmentation
                                     ? fit_number(*result.fragmentation, 3, upfront[i] ? 7 : 8) + (upfront[i] ? "*" : "")
@@ -198,6 +208,9 @@ command add_replay(CLI::App& gpumem)
     ->type_name("N")
     ->check(whole_number(0, max_replay_threads,
                          "needs an integer in [0, " + std::to_string(max_replay_threads) + "]"));
+  parser->add_flag("--warm", c->warm,
+                   "replay each log once on each resource untimed, then time a second replay on the same resource "
+                   "(the steady state, without the first growth); ratio: the peak over both");
   parser->add_flag("--csv", c->csv, "print CSV instead of a table (docs/formats.md)");
   std::string const mib_requirement = "takes a whole number of MiB from 1 to " + std::to_string(max_mib);
   parser->add_option("--slab-mib", c->vmm_slab_mib, "the vmm pool's slab size in MiB (default 32)")

@@ -66,7 +66,8 @@ class PerformancePage(unittest.TestCase):
 
     def test_every_section_has_its_table(self):
         for heading in ("## Targets", "## Allocation: `gpumem_bench_alloc`", "## The plain API", "## Adaptor overhead",
-                        "## `gpumem bench`", "## Fragmentation on real logs", "### Pieces that grow with the pool",
+                        "## `gpumem bench`", "## Fragmentation on real logs", "### In steady state: `gpumem replay --warm`",
+                        "### Pieces that grow with the pool",
                         "### What a growth costs", "## Transfers and zeros", "## Python: one allocation + free pair",
                         "## Memory shared between processes", "## PyTorch programs"):
             self.assertIn(heading, self.page)
