@@ -379,21 +379,30 @@ std::uint32_t vmm_pool_memory_resource::run_op(combined_op& op, bool own) noexce
 
 void vmm_pool_memory_resource::run_published() noexcept
 {
-  if (combined_waiting_.load(std::memory_order_acquire) == 0) { return; }
-  unsigned const claimed = combined_claimed_.load(std::memory_order_acquire);
-  for (unsigned i = 0; i < claimed; ++i) {
-    combined_op& op = combined_[i];
-    // Claimed before it runs: a waiter that takes its operation back (run_locked) and this holder never both
-    // succeed.
-    std::uint32_t expected = combined_op::published;
-    if (op.state.load(std::memory_order_relaxed) != expected ||
-        !op.state.compare_exchange_strong(expected, combined_op::running, std::memory_order_acquire)) {
-      continue;
+  // Passes over the slots, so that the operations threads publish while this holder runs others' are run on
+  // this core too, until a pass finds none or the budget is spent (it bounds how long the holder's own call
+  // waits).
+  unsigned budget = combining_budget;
+  while (budget > 0 && combined_waiting_.load(std::memory_order_acquire) != 0) {
+    unsigned ran = 0;
+    unsigned const claimed = combined_claimed_.load(std::memory_order_acquire);
+    for (unsigned i = 0; i < claimed && budget > 0; ++i) {
+      combined_op& op = combined_[i];
+      // Claimed before it runs: a waiter that takes its operation back (run_locked) and this holder never both
+      // succeed.
+      std::uint32_t expected = combined_op::published;
+      if (op.state.load(std::memory_order_relaxed) != expected ||
+          !op.state.compare_exchange_strong(expected, combined_op::running, std::memory_order_acquire)) {
+        continue;
+      }
+      combined_waiting_.fetch_sub(1, std::memory_order_relaxed);
+      std::uint32_t const result = run_op(op, false);
+      if (result == combined_op::done) { ++combined_operations_; }
+      op.state.store(result, std::memory_order_release);
+      ++ran;
+      --budget;
     }
-    combined_waiting_.fetch_sub(1, std::memory_order_relaxed);
-    std::uint32_t const result = run_op(op, false);
-    if (result == combined_op::done) { ++combined_operations_; }
-    op.state.store(result, std::memory_order_release);
+    if (ran == 0) { return; }  // counted but not claimable yet (being published, or taken back)
   }
 }
 

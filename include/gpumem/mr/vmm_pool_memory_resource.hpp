@@ -70,8 +70,9 @@
  * thread retries briefly before it sleeps: detail/spinning_mutex.hpp; a lock per
  * thread cache, taken before the mutex, never while it is held). Combining: a thread that finds the mutex
  * held publishes the locked part of its allocate or deallocate in a slot of its own and spins on that slot;
- * whichever thread holds the mutex runs every published operation before releasing it, so the heap's data
- * stays on one core instead of moving to each thread in turn (docs/vmm_pool.md). A holder claims an operation
+ * whichever thread holds the mutex runs the published operations before releasing it, in passes over the
+ * slots until one finds none or it has run combining_budget operations for others, so the heap's data stays on
+ * one core instead of moving to each thread in turn (docs/vmm_pool.md). A holder claims an operation
  * (one compare-exchange) before it runs it. A waiter not served within about a thousand spins takes its
  * operation back (the same compare-exchange; when a holder claimed it first, it spins until that one
  * operation is done) and sleeps on the mutex like any other thread: it never sleeps while its operation is
@@ -335,6 +336,8 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
     std::exception_ptr error;      // what the operation threw
   };
   static constexpr unsigned combining_slots = 64;
+  /// The most published operations one holder runs for others before it releases the mutex.
+  static constexpr unsigned combining_budget = 128;
 
   void* do_allocate(std::size_t bytes, cuda_stream_view stream) override;
   void do_deallocate(void* ptr, std::size_t bytes, cuda_stream_view stream) noexcept override;
