@@ -403,7 +403,7 @@ def section_replay(runs, name="replay"):
     if not run:
         return missing(name)
     reps = run["rows"][0].get("runs", 1)
-    timed = "the second replay of each instance, " if name == "replay_warm" else ""
+    timed = "the second replay of each instance, " if run["rows"][0].get("warm") else ""
     out = source(run, f"ns/op: {timed}median of {reps} replays per resource, the resources taking turns; ratio: "
                       "peak bytes taken from the device / peak live bytes")
     resources = distinct(run["rows"], "resource")
