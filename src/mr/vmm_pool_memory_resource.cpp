@@ -12,9 +12,6 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
-#include <limits>
-#include <optional>
-#include <span>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -93,8 +90,6 @@ vmm_pool_memory_resource::vmm_pool_memory_resource(std::unique_ptr<virtual_memor
   }
   // With a release threshold the pool follows its live bytes: no cache keeps a page from going back.
   thread_cache_limit_ = options.release_threshold ? 0 : options.thread_cache_limit;
-  // With a release threshold every free may release memory: no shard keeps an empty page from the heap.
-  shards_on_ = small_block_limit_ != 0 && !options.release_threshold;
   max_mapping_slabs_ = std::max<std::size_t>(1, options.max_mapping_size.value_or(slab) / slab);
   if (options.reservation_size) {
     expects(*options.reservation_size >= slab, "reservation_size " + std::to_string(*options.reservation_size) +
@@ -178,34 +173,22 @@ unsigned vmm_pool_memory_resource::slot_of(cudaStream_t stream)
     // All slots taken: the frees of slots whose event has completed are safe for every stream, so their
     // bits leave the free ranges; then every slot whose bit no free range carries comes free (a later free
     // on its stream takes a slot again).
-    // Every shard is locked throughout: its thread frees into it without the mutex, counting and marking
-    // frees with the slots it remembers.
-    with_all_shards_locked([&](auto const& shards) GPUMEM_NO_THREAD_SAFETY_ANALYSIS {
-      detail::backend& be = detail::get_backend();
-      std::uint64_t done = 0;
-      for (unsigned i = 0; i < slots_.size(); ++i) {
-        bool const recorded = progress_[i].recorded_through.load(std::memory_order_acquire) >=
-                              progress_[i].frees.load(std::memory_order_acquire);
-        if (recorded && be.event_query(slots_[i].event)) { done |= std::uint64_t{1} << i; }
+    detail::backend& be = detail::get_backend();
+    std::uint64_t done = 0;
+    for (unsigned i = 0; i < slots_.size(); ++i) {
+      bool const recorded = progress_[i].recorded_through.load(std::memory_order_acquire) >= slots_[i].frees;
+      if (recorded && be.event_query(slots_[i].event)) { done |= std::uint64_t{1} << i; }
+    }
+    heap_->forget_streams(done);
+    if (pages_) { pages_->forget_streams(done); }
+    std::uint64_t const carried = heap_->streams_in_use() | (pages_ ? pages_->streams_in_use() : 0);
+    for (unsigned i = 0; i < slots_.size(); ++i) {
+      // A slot with holders keeps its stream and event: a taker still records or waits on them.
+      if ((carried & (std::uint64_t{1} << i)) == 0 && progress_[i].holders.load(std::memory_order_acquire) == 0) {
+        slots_[i].in_use = false;
+        if (free_slot == no_slot) { free_slot = i; }
       }
-      heap_->forget_streams(done);
-      if (pages_) { pages_->forget_streams(done); }
-      std::uint64_t carried = heap_->streams_in_use() | (pages_ ? pages_->streams_in_use() : 0);
-      for (page_shard* const shard : shards) {
-        if (shard->pages) {
-          shard->pages->forget_streams(done);
-          carried |= shard->pages->streams_in_use();
-        }
-      }
-      for (unsigned i = 0; i < slots_.size(); ++i) {
-        // A slot with holders keeps its stream and event: a taker still records or waits on them.
-        if ((carried & (std::uint64_t{1} << i)) == 0 && progress_[i].holders.load(std::memory_order_acquire) == 0) {
-          slots_[i].in_use = false;
-          progress_[i].generation.fetch_add(1, std::memory_order_relaxed);  // shards' memos of it are void
-          if (free_slot == no_slot) { free_slot = i; }
-        }
-      }
-    });
+    }
   }
   if (free_slot == no_slot) {
     if (slots_.size() >= max_slots) { return no_slot; }
@@ -216,7 +199,7 @@ unsigned vmm_pool_memory_resource::slot_of(cudaStream_t stream)
   if (slot.event == nullptr) { slot.event = detail::get_backend().event_create(cudaEventDisableTiming); }
   slot.stream = stream;
   slot.thread = thread;
-  progress_[free_slot].frees.store(0, std::memory_order_relaxed);  // no holder (the reuse rule above), no memo
+  slot.frees = 0;  // no holder (the reuse rule above): nothing reads the old counts any more
   progress_[free_slot].recorded_through.store(0, std::memory_order_release);
   slot.record_at_free = thread != 0 || !detail::stream_outlives_calls(cuda_stream_view{stream});
   slot.in_use = true;
@@ -238,11 +221,9 @@ void note_recorded(std::atomic<std::uint64_t>& recorded, std::uint64_t through) 
 cudaEvent_t vmm_pool_memory_resource::event_after_frees(unsigned i)
 {
   stream_slot const& slot = slots_[i];
-  // Read before the record: frees counted later (by shards, without the mutex) may not precede it.
-  std::uint64_t const frees = progress_[i].frees.load(std::memory_order_acquire);
-  if (progress_[i].recorded_through.load(std::memory_order_acquire) < frees) {
+  if (progress_[i].recorded_through.load(std::memory_order_acquire) < slot.frees) {
     detail::get_backend().event_record(slot.event, slot.stream);  // after every free made on it so far
-    note_recorded(progress_[i].recorded_through, frees);
+    note_recorded(progress_[i].recorded_through, slot.frees);
   }
   return slot.event;
 }
@@ -263,11 +244,10 @@ void vmm_pool_memory_resource::plan_waits(std::uint64_t mask, cudaStream_t strea
     stream_slot const& slot = slots_[i];
     stream_progress& progress = progress_[i];
     // Frees counted after this read are of other blocks: a record made later follows ours as well.
-    std::uint64_t const frees = progress.frees.load(std::memory_order_acquire);
-    bool const record = progress.recorded_through.load(std::memory_order_acquire) < frees;
+    bool const record = progress.recorded_through.load(std::memory_order_acquire) < slot.frees;
     progress.holders.fetch_add(1, std::memory_order_relaxed);
     if (record) { progress.recorders.fetch_add(1, std::memory_order_relaxed); }
-    waits.waits[waits.count++] = {slot.event, slot.stream, frees, i, record};
+    waits.waits[waits.count++] = {slot.event, slot.stream, slot.frees, i, record};
   }
 }
 
@@ -300,9 +280,9 @@ void vmm_pool_memory_resource::wait_for_frees(stream_waits const& waits, void* b
       detail::lock_guard lock{mutex_};
       auto const address = reinterpret_cast<std::uintptr_t>(block);
       if (heap_bytes == 0) {
-        free_into_page(address, waits.streams, nullptr);
+        free_into_page(address, waits.streams);
       } else {
-        retire_empty_pages(nullptr);
+        retire_empty_pages();
         heap_->give_back(address, heap_bytes, waits.streams);
         bytes_in_use_ -= heap_bytes;
       }
@@ -381,7 +361,7 @@ std::uint32_t vmm_pool_memory_resource::run_op(combined_op& op, bool own) noexce
 {
   try {
     if (!op.is_free) {
-      op.block = try_take(op.rounded, op.size, cuda_stream_view{op.stream}, 0, *op.waits, op.shard);
+      op.block = try_take(op.rounded, op.size, cuda_stream_view{op.stream}, 0, *op.waits);
       return combined_op::done;
     }
     if (!own) {
@@ -390,7 +370,7 @@ std::uint32_t vmm_pool_memory_resource::run_op(combined_op& op, bool own) noexce
       unsigned const slot = find_slot(op.stream);
       if (slot == no_slot || slots_[slot].record_at_free) { return combined_op::declined; }
     }
-    free_into_heap(op.address, op.rounded, op.size != 0, op.stream, op.shard);
+    free_into_heap(op.address, op.rounded, op.size != 0, op.stream);
   } catch (...) {
     op.error = std::current_exception();
   }
@@ -490,17 +470,12 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
       }
     }
   }
-  // A large request only looks its shard up: its heap operation first gives the shard's empty pages back.
-  page_shard* const shard = own_shard(size != 0);
-  if (shard != nullptr && size != 0) {  // the thread's own pages: no mutex
-    if (void* const block = take_from_shard(*shard, *rounded, stream)) { return block; }
-  }
   stream_waits waits;
   void* block = nullptr;
   if (rounded) {
     if (mutex_.try_lock()) {  // uncontended: run here, without looking up a combining slot
       try {
-        block = try_take(*rounded, size, stream, 0, waits, shard);
+        block = try_take(*rounded, size, stream, 0, waits);
       } catch (...) {
         run_published();
         mutex_.unlock();
@@ -515,30 +490,24 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
       op->stream = stream.value();
       op->waits = &waits;
       op->block = nullptr;
-      op->shard = shard;
       run_locked(*op);
       if (op->error) { std::rethrow_exception(std::exchange(op->error, nullptr)); }
       block = op->block;
     } else {
       detail::lock_guard lock{mutex_};
-      block = try_take(*rounded, size, stream, 0, waits, shard);
+      block = try_take(*rounded, size, stream, 0, waits);
     }
-  }
-  if (block == nullptr && rounded) {  // a new page from the heap, when it has room
-    detail::lock_guard lock{mutex_};
-    if (size != 0) { block = try_take(*rounded, size, stream, pages_->page_bytes_for(size, heap_->backed_bytes()), waits, shard); }
   }
   if (block == nullptr) {
     drain_thread_caches();  // before growing or failing: cached blocks first
     detail::lock_guard lock{mutex_};  // before fail(), which describes the heap
     if (!rounded) { fail(bytes, "the size overflows when rounded up to 256 bytes"); }
-    retire_empty_pages(nullptr, true);  // every thread's empty pages too
     // A new page's size follows the pool's: taken before a growth, so that the growth makes room for it.
     std::size_t const page = size != 0 ? pages_->page_bytes_for(size, heap_->backed_bytes()) : 0;
-    block = try_take(*rounded, size, stream, page, waits, shard);
+    block = try_take(*rounded, size, stream, page, waits);
     if (block == nullptr) {
       grow(bytes, size != 0 ? page : *rounded);
-      block = try_take(*rounded, size, stream, page, waits, shard);
+      block = try_take(*rounded, size, stream, page, waits);
       if (block == nullptr) { fail(bytes, "internal error: no block after growing"); }
     }
   }
@@ -547,36 +516,28 @@ void* vmm_pool_memory_resource::do_allocate(std::size_t bytes, cuda_stream_view 
 }
 
 void* vmm_pool_memory_resource::try_take(std::size_t rounded, std::size_t size, cuda_stream_view stream,
-                                         std::size_t new_page, stream_waits& waits, page_shard* shard)
+                                         std::size_t new_page, stream_waits& waits)
 {
   if (size == 0) {
-    retire_empty_pages(shard);
+    retire_empty_pages();
     auto const taken = heap_->take(rounded);
     if (!taken) { return nullptr; }
     if (taken->streams != 0) { plan_waits(taken->streams, stream.value(), waits); }
     bytes_in_use_ += rounded;
     return reinterpret_cast<void*>(taken->address);
   }
-  // The thread's shard, locked here, else the shared pages.
-  std::optional<detail::lock_guard<detail::cache_lock>> shard_lock;
-  if (shard != nullptr) { shard_lock.emplace(shard->lock); }
-  detail::small_pages& pages = pages_of(shard);
-  if (auto const block = pages.take(rounded)) {
+  if (auto const block = pages_->take(rounded)) {
     if (block->streams != 0) { plan_waits(block->streams, stream.value(), waits); }
     return reinterpret_cast<void*>(block->address);
   }
   if (new_page == 0) { return nullptr; }
   std::size_t const page = new_page;
-  retire_empty_pages(nullptr);  // the shard's own empty pages: below, with its lock held
-  while (auto const retired = pages.retire_empty_page()) {
-    heap_->give_back(retired->address, retired->bytes, retired->streams);
-    bytes_in_use_ -= retired->bytes;
-  }
+  retire_empty_pages();
   auto const taken = heap_->take(page);
   if (!taken) { return nullptr; }
   detail::small_pages::block block{};
   try {
-    block = pages.add_page(taken->address, rounded, page, taken->streams);
+    block = pages_->add_page(taken->address, rounded, page, taken->streams);
   } catch (...) {
     heap_->give_back(taken->address, page, taken->streams);
     throw;
@@ -586,218 +547,21 @@ void* vmm_pool_memory_resource::try_take(std::size_t rounded, std::size_t size, 
   return reinterpret_cast<void*>(block.address);
 }
 
-// Not analysed: the caller holds the shard's lock when there is one (the analysis cannot follow the choice).
-detail::small_pages& vmm_pool_memory_resource::pages_of(page_shard* shard) GPUMEM_NO_THREAD_SAFETY_ANALYSIS
+void vmm_pool_memory_resource::free_into_page(std::uintptr_t address, std::uint64_t mask)
 {
-  if (shard == nullptr) { return *pages_; }
-  if (!shard->pages) {
-    detail::small_pages::options shape = pages_->shape();
-    shape.empty_limit = std::numeric_limits<std::size_t>::max();  // retired at the owner's heap operations
-    shard->pages.emplace(shape);
+  if (auto const retired = pages_->give_back(address, mask)) {  // more empty pages than small_pages keeps
+    heap_->give_back(retired->address, retired->bytes, retired->streams);
+    bytes_in_use_ -= retired->bytes;
   }
-  return *shard->pages;
 }
 
-void vmm_pool_memory_resource::free_into_page(std::uintptr_t address, std::uint64_t mask, page_shard* shard)
-  GPUMEM_NO_THREAD_SAFETY_ANALYSIS  // each shard's pages are used with its lock held (the analysis loses it in the loop)
-{
-  if (shard != nullptr) {
-    detail::lock_guard lock{shard->lock};
-    if (shard->pages && shard->pages->holds(address)) {
-      (void)shard->pages->give_back(address, mask);  // no limit on a shard's empty pages: none retires
-      return;
-    }
-  }
-  if (pages_->owns(address) || shards_claimed_.load(std::memory_order_acquire) == 0) {
-    if (auto const retired = pages_->give_back(address, mask)) {  // more empty pages than small_pages keeps
-      heap_->give_back(retired->address, retired->bytes, retired->streams);
-      bytes_in_use_ -= retired->bytes;
-    }
-    return;
-  }
-  // A block of another thread's shard (O(log p) per shard), or no block at all (refused by the shared pages).
-  unsigned const claimed = shards_claimed_.load(std::memory_order_acquire);
-  for (unsigned i = 0; i < claimed; ++i) {
-    page_shard& other = shards_[i];
-    if (&other == shard) { continue; }
-    detail::lock_guard lock{other.lock};
-    if (other.pages && other.pages->owns(address)) {
-      (void)other.pages->give_back(address, mask);
-      return;
-    }
-  }
-  (void)pages_->give_back(address, mask);  // throws: no page holds it
-}
-
-void vmm_pool_memory_resource::retire_empty_pages(page_shard* shard, bool all)
-  GPUMEM_NO_THREAD_SAFETY_ANALYSIS  // each shard's pages are used with its lock held (the analysis loses it in the loop)
+void vmm_pool_memory_resource::retire_empty_pages()
 {
   if (!pages_) { return; }
-  auto const retire_all_of = [this](detail::small_pages& pages) GPUMEM_REQUIRES(mutex_) {
-    while (auto const retired = pages.retire_empty_page()) {
-      heap_->give_back(retired->address, retired->bytes, retired->streams);
-      bytes_in_use_ -= retired->bytes;
-    }
-  };
-  retire_all_of(*pages_);
-  unsigned const claimed = all ? shards_claimed_.load(std::memory_order_acquire) : 0;
-  for (unsigned i = 0; i < claimed; ++i) {
-    detail::lock_guard lock{shards_[i].lock};
-    if (shards_[i].pages) { retire_all_of(*shards_[i].pages); }
+  while (auto const retired = pages_->retire_empty_page()) {
+    heap_->give_back(retired->address, retired->bytes, retired->streams);
+    bytes_in_use_ -= retired->bytes;
   }
-  if (shard != nullptr && !all) {
-    detail::lock_guard lock{shard->lock};
-    if (shard->pages) { retire_all_of(*shard->pages); }
-  }
-}
-
-// ---- page shards ------------------------------------------------------------------------------------------
-
-namespace {
-
-/// The calling thread's page shard in the pool it used last (checked against the shard's owner).
-struct shard_memo {
-  void const* pool;
-  unsigned shard;
-};
-constinit thread_local shard_memo tls_shard{nullptr, 0};
-
-}  // namespace
-
-vmm_pool_memory_resource::page_shard* vmm_pool_memory_resource::own_shard(bool claim) noexcept
-{
-  if (!shards_on_) { return nullptr; }
-  detail::thread_cache* const mine = caches_.local();
-  if (mine == nullptr) { return nullptr; }
-  detail::block_cache const* const me = &mine->cache;  // this thread's, for this pool, until the thread exits
-  if (tls_shard.pool == this && shards_[tls_shard.shard].owner.load(std::memory_order_relaxed) == me) {
-    return &shards_[tls_shard.shard];
-  }
-  unsigned const claimed = shards_claimed_.load(std::memory_order_acquire);
-  for (unsigned i = 0; i < claimed; ++i) {
-    if (shards_[i].owner.load(std::memory_order_relaxed) == me) {
-      tls_shard = {this, i};
-      return &shards_[i];
-    }
-  }
-  if (!claim) { return nullptr; }
-  // A free shard: one a thread left when it exited (its pages come along), else a new one.
-  for (unsigned i = 0; i < shard_count; ++i) {
-    detail::block_cache const* expected = nullptr;
-    if (shards_[i].owner.compare_exchange_strong(expected, me, std::memory_order_acq_rel)) {
-      unsigned seen = shards_claimed_.load(std::memory_order_relaxed);
-      while (seen < i + 1 && !shards_claimed_.compare_exchange_weak(seen, i + 1, std::memory_order_release)) {}
-      tls_shard = {this, i};
-      return &shards_[i];
-    }
-  }
-  return nullptr;
-}
-
-unsigned vmm_pool_memory_resource::remembered_slot(page_shard const& shard, cudaStream_t stream) const noexcept
-{
-  for (auto const& memo : shard.memos) {
-    if (memo.slot != no_slot && memo.stream == stream) {
-      // The generation changes only with every shard's lock held, ours included: relaxed suffices.
-      return progress_[memo.slot].generation.load(std::memory_order_relaxed) == memo.generation ? memo.slot : no_slot;
-    }
-  }
-  return no_slot;
-}
-
-void vmm_pool_memory_resource::remember_slot(page_shard* shard, cudaStream_t stream)
-{
-  if (shard == nullptr) { return; }
-  unsigned const slot = find_slot(stream);
-  if (slot == no_slot || slots_[slot].record_at_free) { return; }  // such frees record an event: under the mutex
-  detail::lock_guard lock{shard->lock};
-  std::uint64_t const generation = progress_[slot].generation.load(std::memory_order_relaxed);
-  for (auto& memo : shard->memos) {
-    if (memo.slot != no_slot && memo.stream == stream) {  // a stale entry of this stream
-      memo = {stream, slot, generation};
-      return;
-    }
-  }
-  shard->memos[shard->next_memo] = {stream, slot, generation};
-  shard->next_memo = (shard->next_memo + 1) % page_shard::memo_size;
-}
-
-template <class F>
-void vmm_pool_memory_resource::with_all_shards_locked(F&& f)
-{
-  std::array<page_shard*, shard_count> locked{};
-  unsigned const claimed = shards_claimed_.load(std::memory_order_acquire);
-  for (unsigned i = 0; i < claimed; ++i) {
-    shards_[i].lock.lock();
-    locked[i] = &shards_[i];
-  }
-  struct unlock_all {
-    std::array<page_shard*, shard_count>& shards;
-    unsigned count;
-    ~unlock_all()
-    {
-      for (unsigned i = 0; i < count; ++i) { shards[i]->lock.unlock(); }
-    }
-  } const unlocking{locked, claimed};
-  f(std::span<page_shard* const>{locked.data(), claimed});
-}
-
-template <class F>
-std::size_t vmm_pool_memory_resource::sum_over_pages(F&& f) const
-{
-  if (!pages_) { return 0; }
-  std::size_t sum = f(*pages_);
-  unsigned const claimed = shards_claimed_.load(std::memory_order_acquire);
-  for (unsigned i = 0; i < claimed; ++i) {
-    detail::lock_guard lock{shards_[i].lock};
-    if (shards_[i].pages) { sum += f(*shards_[i].pages); }
-  }
-  return sum;
-}
-
-void* vmm_pool_memory_resource::take_from_shard(page_shard& shard, std::size_t rounded, cuda_stream_view stream)
-{
-  detail::small_pages::block block{};
-  std::uint64_t held = 0;  // the other streams whose frees the block must follow
-  {
-    detail::lock_guard lock{shard.lock};
-    if (!shard.pages) { return nullptr; }
-    auto const taken = shard.pages->take(rounded);
-    if (!taken) { return nullptr; }
-    block = *taken;
-    unsigned const own = remembered_slot(shard, stream.value());
-    held = own == no_slot ? block.streams : block.streams & ~(std::uint64_t{1} << own);
-    if (held == 0) { return reinterpret_cast<void*>(block.address); }  // NOLINT(performance-no-int-to-ptr)
-    // Counted as holders before the shard's lock goes: those slots keep their streams until the waits are
-    // planned (a slot is reused only with no holder and no block carrying its bit).
-    for (std::uint64_t mask = held; mask != 0; mask &= mask - 1) {
-      progress_[static_cast<unsigned>(std::countr_zero(mask))].holders.fetch_add(1, std::memory_order_relaxed);
-    }
-  }
-  stream_waits waits;
-  {
-    detail::lock_guard lock{mutex_};
-    plan_waits(block.streams, stream.value(), waits);  // holds the slots it plans for
-    remember_slot(&shard, stream.value());
-  }
-  for (std::uint64_t mask = held; mask != 0; mask &= mask - 1) {
-    progress_[static_cast<unsigned>(std::countr_zero(mask))].holders.fetch_sub(1, std::memory_order_release);
-  }
-  void* const address = reinterpret_cast<void*>(block.address);  // NOLINT(performance-no-int-to-ptr)
-  if (waits.count != 0) { wait_for_frees(waits, address, 0, stream.value()); }
-  return address;
-}
-
-bool vmm_pool_memory_resource::free_into_shard(page_shard& shard, std::uintptr_t address, cudaStream_t stream)
-{
-  detail::lock_guard lock{shard.lock};
-  if (!shard.pages) { return false; }
-  unsigned const own = remembered_slot(shard, stream);
-  if (own == no_slot || !shard.pages->holds(address)) { return false; }
-  (void)shard.pages->give_back(address, std::uint64_t{1} << own);  // no limit on empty pages: none retires
-  // Counted with the shard's lock held: whoever takes the block next sees the count (plan_waits).
-  progress_[own].frees.fetch_add(1, std::memory_order_release);
-  return true;
 }
 
 // Not analysed: class_of reads only the page shape, fixed at construction.
@@ -824,20 +588,10 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
       return;
     }
   }
-  page_shard* const shard = own_shard(false);  // a thread without one holds no block of its own
-  if (shard != nullptr && size != 0) {  // a block of the thread's own pages, on a stream it remembers: no mutex
-    try {
-      if (free_into_shard(*shard, address, stream.value())) { return; }
-    } catch (logic_error const& e) {  // a double free (the shard is unchanged)
-      detail::report_deallocation_misuse(std::string{"vmm_pool_memory_resource::deallocate("} + format_pointer(ptr) +
-                                         ", " + std::to_string(bytes) + " bytes): " + e.what());
-      return;
-    }
-  }
   std::exception_ptr error;
   if (mutex_.try_lock()) {  // uncontended: run here, without looking up a combining slot
     try {
-      free_into_heap(address, rounded, size != 0, stream.value(), shard);
+      free_into_heap(address, rounded, size != 0, stream.value());
     } catch (...) {
       error = std::current_exception();
     }
@@ -849,13 +603,12 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
     op->size = size;
     op->stream = stream.value();
     op->address = address;
-    op->shard = shard;
     run_locked(*op);
     error = std::exchange(op->error, nullptr);
   } else {
     detail::lock_guard lock{mutex_};
     try {
-      free_into_heap(address, rounded, size != 0, stream.value(), shard);
+      free_into_heap(address, rounded, size != 0, stream.value());
     } catch (...) {
       error = std::current_exception();
     }
@@ -873,26 +626,24 @@ void vmm_pool_memory_resource::do_deallocate(void* ptr, std::size_t bytes, cuda_
 }
 
 void vmm_pool_memory_resource::free_into_heap(std::uintptr_t address, std::size_t rounded, bool small,
-                                              cudaStream_t stream, page_shard* shard)
+                                              cudaStream_t stream)
 {
   unsigned const slot = slot_of(stream);
   std::uint64_t mask = 0;
-  if (slot == no_slot) {
-    detail::get_backend().stream_synchronize(stream);  // beyond the slots: safe for every stream now
-  } else {
+  if (slot != no_slot) {
+    stream_slot& s = slots_[slot];
     mask = std::uint64_t{1} << slot;
+    ++s.frees;
+    if (s.record_at_free) { (void)event_after_frees(slot); }
+  } else {
+    detail::get_backend().stream_synchronize(stream);  // beyond the slots: safe for every stream now
   }
   if (small) {
-    free_into_page(address, mask, shard);  // first: a double free changes nothing
+    free_into_page(address, mask);
   } else {
-    retire_empty_pages(shard);
+    retire_empty_pages();
     heap_->give_back(address, rounded, mask);
     bytes_in_use_ -= rounded;
-  }
-  if (slot != no_slot) {
-    progress_[slot].frees.fetch_add(1, std::memory_order_release);
-    if (slots_[slot].record_at_free) { (void)event_after_frees(slot); }
-    if (small) { remember_slot(shard, stream); }  // its next frees on this stream go to its shard, without the mutex
   }
   // O(1) test first: only when the free bytes could hold more than the threshold in whole slabs.
   if (release_threshold_ && heap_->free_bytes() >= *release_threshold_ &&
@@ -930,7 +681,7 @@ void vmm_pool_memory_resource::spill(detail::block_cache::spill_batch const& bat
   detail::lock_guard lock{mutex_};
   for (std::uintptr_t const address : batch.addresses) {
     try {
-      free_into_heap(address, batch.block_size, true, stream, nullptr);
+      free_into_heap(address, batch.block_size, true, stream);
     } catch (logic_error const& e) {  // a block freed twice, once into a cache and once into the heap
       detail::report_deallocation_misuse(std::string{"vmm_pool_memory_resource::deallocate("} +
                                          format_pointer(reinterpret_cast<void*>(address)) + ", " +  // NOLINT(performance-no-int-to-ptr)
@@ -965,22 +716,6 @@ void vmm_pool_memory_resource::thread_exiting(detail::block_cache& cache) noexce
     detail::block_cache const* expected = &cache;
     if (combined_[i].owner.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel)) { break; }
   }
-  // So does its page shard, after its empty pages went back to the heap; its pages with blocks in use stay
-  // in the shard (other threads free into them under the mutex) until a thread claims it.
-  unsigned const shards = shards_claimed_.load(std::memory_order_acquire);
-  for (unsigned i = 0; i < shards; ++i) {
-    if (shards_[i].owner.load(std::memory_order_relaxed) != &cache) { continue; }
-    {
-      detail::lock_guard lock{mutex_};
-      try {
-        retire_empty_pages(&shards_[i]);
-      } catch (std::exception const& e) {  // the pages stay in the shard
-        detail::log(log_level::error, std::string{"vmm_pool_memory_resource: retiring an exiting thread's pages failed: "} + e.what());
-      }
-    }
-    shards_[i].owner.store(nullptr, std::memory_order_release);
-    break;
-  }
 }
 
 std::pair<std::size_t, std::size_t> vmm_pool_memory_resource::cached_totals() const noexcept
@@ -1004,13 +739,9 @@ void vmm_pool_memory_resource::stream_destroying(cudaStream_t stream) noexcept
     stream_slot& slot = slots_[i];
     if (!slot.in_use || slot.stream != stream || slot.thread != 0) { continue; }
     try {
-      // With every shard locked: no thread counts a free on the stream between the record and the change.
-      with_all_shards_locked([&](auto const&) GPUMEM_REQUIRES(mutex_) {
-        (void)event_after_frees(i);
-        slot.stream = nullptr;  // the blocks keep the slot's bit; its event stays valid for waiters
-        slot.thread = retired;  // matches no stream any more; reused once no free range carries its bit
-        progress_[i].generation.fetch_add(1, std::memory_order_relaxed);  // shards' memos of it are void
-      });
+      (void)event_after_frees(i);
+      slot.stream = nullptr;  // the blocks keep the slot's bit; its event stays valid for waiters
+      slot.thread = retired;  // matches no stream any more; reused once no free range carries its bit
     } catch (std::exception const& e) {
       detail::log(log_level::error, std::string{"vmm_pool_memory_resource: recording before a stream's destruction failed: "} + e.what());
     }
@@ -1143,7 +874,7 @@ void vmm_pool_memory_resource::grow(std::size_t requested, std::size_t bytes)
 void vmm_pool_memory_resource::release_over_threshold() noexcept
 {
   try {
-    retire_empty_pages(nullptr, true);
+    retire_empty_pages();
     std::vector<detail::virtual_heap::mapping> candidates = heap_->wholly_free_mappings();
     std::size_t const slab = heap_->slab_size();
     std::size_t const keep = *release_threshold_ / slab;  // wholly free slabs that may stay
@@ -1193,8 +924,7 @@ bool vmm_pool_memory_resource::streams_done(std::uint64_t mask)
     auto const i = static_cast<unsigned>(std::countr_zero(mask));
     // Frees since the latest record happen only on a stream gpumem may still use (the legacy default stream
     // or an announced one): its idleness answers; else the event, recorded after every free, does.
-    bool const recorded = progress_[i].recorded_through.load(std::memory_order_acquire) >=
-                          progress_[i].frees.load(std::memory_order_acquire);
+    bool const recorded = progress_[i].recorded_through.load(std::memory_order_acquire) >= slots_[i].frees;
     if (!(recorded ? be.event_query(slots_[i].event) : be.stream_query(slots_[i].stream))) { return false; }
   }
   return true;
@@ -1286,7 +1016,7 @@ std::size_t vmm_pool_memory_resource::release_unused()
   checked_call const check{*this, invariant_sampler_, checked_name, "release_unused"};
   drain_thread_caches();
   detail::lock_guard lock{mutex_};
-  retire_empty_pages(nullptr, true);
+  retire_empty_pages();
   unmap_moved(true);  // the old places of moved pieces too, after their streams' work
   return release_mappings(heap_->wholly_free_mappings());
 }
@@ -1366,8 +1096,7 @@ std::size_t vmm_pool_memory_resource::bytes_in_use() const noexcept
 {
   std::size_t const cached = cached_totals().first;
   detail::lock_guard lock{mutex_};
-  std::size_t const in_pages =  // free blocks of pages
-    sum_over_pages([](detail::small_pages const& p) { return p.page_bytes() - p.used_bytes(); });
+  std::size_t const in_pages = pages_ ? pages_->page_bytes() - pages_->used_bytes() : 0;  // free blocks of pages
   std::size_t const out = bytes_in_use_ - in_pages;
   return out >= cached ? out - cached : 0;
 }
@@ -1375,13 +1104,12 @@ std::size_t vmm_pool_memory_resource::free_bytes() const noexcept
 {
   std::size_t const cached = cached_totals().first;
   detail::lock_guard lock{mutex_};
-  return heap_->free_bytes() +
-         sum_over_pages([](detail::small_pages const& p) { return p.page_bytes() - p.used_bytes(); }) + cached;
+  return heap_->free_bytes() + (pages_ ? pages_->page_bytes() - pages_->used_bytes() : 0) + cached;
 }
 std::size_t vmm_pool_memory_resource::small_page_count() const noexcept
 {
   detail::lock_guard lock{mutex_};
-  return sum_over_pages([](detail::small_pages const& p) { return p.page_count(); });
+  return pages_ ? pages_->page_count() : 0;
 }
 std::size_t vmm_pool_memory_resource::largest_free_block() const noexcept
 {
@@ -1394,15 +1122,7 @@ void vmm_pool_memory_resource::check_invariants() const
 {
   detail::lock_guard lock{mutex_};
   heap_->check_invariants();
-  // Every page is a block of the heap in use: the pages' bytes are at most the heap's bytes in use.
-  std::size_t const page_bytes = sum_over_pages([](detail::small_pages const& p) {
-    p.check_invariants();
-    return p.page_bytes();
-  });
-  if (page_bytes > bytes_in_use_) {
-    throw logic_error("vmm_pool_memory_resource invariant violated: small pages of " + std::to_string(page_bytes) +
-                      " bytes, more than the heap's " + std::to_string(bytes_in_use_) + " bytes in use");
-  }
+  if (pages_) { pages_->check_invariants(); }
   if (heap_->free_bytes() + bytes_in_use_ != heap_->backed_bytes()) {
     throw logic_error("vmm_pool_memory_resource invariant violated: free " + std::to_string(heap_->free_bytes()) +
                       " + in use " + std::to_string(bytes_in_use_) + " != backed " +

@@ -41,17 +41,6 @@
  * page. A new page spans about 1/128 of the pool's physical memory, from 64 KiB to 512 KiB, so that a small
  * pool is not held up by one page per size class.
  *
- * Page shards: each thread (up to 64 at once) has pages of its own. It takes small blocks from them and frees
- * its own blocks into them under its shard's lock alone, without the pool's mutex: a free so when its stream's
- * slot is one the shard remembers (the legacy default stream and announced streams, after the first free on
- * them; not the per-thread default stream or streams gpumem may not use later, whose frees record an event
- * during the call), a take so unless the block was last freed on another stream (its waits are then planned
- * under the mutex). New pages come from the heap under the mutex; a block of another thread's pages is freed
- * under the mutex and that shard's lock. A thread's empty pages go back to the heap at its next operation on
- * the heap, and every thread's before the pool grows, fails or releases memory; a thread that exits gives its
- * empty pages back and leaves the rest, with its blocks still in use, to the next thread that needs a shard.
- * No shards with a release_threshold (every free may have to release memory).
- *
  * Thread caches: a small block of at most vmm_pool_options::thread_cache_limit bytes freed on a default
  * stream (the legacy default stream, or the thread's own per-thread default stream) goes into the freeing
  * thread's cache (mr/detail/block_cache.hpp), keyed by (stream, size class); a later request of that class on
@@ -61,17 +50,14 @@
  * and programs that spread work over explicit streams free on one and allocate on another, so such blocks
  * would sit unused and pin their pages. Blocks leave a cache in batches into their pages, with their stream's
  * event rule applied once per batch: a full slot's older half, an evicted slot, a thread's whole cache when
- * it exits. Every cache is emptied into its pages before the pool grows (so cached blocks never make it take
- * more memory), before release_unused(), before it fails, and at destruction. A thread
+ * it exits. Every cache is emptied into its pages before the pool takes a new page or grows (so cached blocks
+ * never make it take more memory), before release_unused(), before it fails, and at destruction. A thread
  * hides at most block_cache::slot_count * thread_cache_limit * block_cache::slot_capacity bytes from the
  * others until one of those moments; free_bytes() counts them, bytes_in_use() does not.
  *
  * Cost: a cached allocate or deallocate takes the thread's cache lock (one uncontended atomic exchange), a
- * scan of its slots and no CUDA call. A small block otherwise takes its thread's shard lock (one uncontended
- * atomic exchange) and O(1) to take it from its class's page, and a free of the thread's own block the same
- * and O(1) to find its page when it is the page used last, else O(log p) in the thread's p pages, plus one
- * atomic add to count the free on its stream; the mutex only for a new page, a block last freed on another
- * stream, a stream's first free, or another thread's block (then O(log p) per shard to find its page).
+ * scan of its slots and no CUDA call. A small block otherwise takes the mutex and O(1) to take it from its
+ * class's page; a free finds its page in O(1) when it is the page used last, else in O(log p) in the p pages.
  * Otherwise allocate and deallocate take one mutex and O(log n) in the
  * free ranges (one lower_bound and usually no re-insertion: mr/detail/free_range_index.hpp), plus O(log k)
  * in the k stream marks of a range of several streams (mr/detail/stream_marks.hpp), without any
@@ -82,8 +68,7 @@
  *
  * Thread-safety: all members may be called concurrently (one mutex, held also while growing, that a waiting
  * thread retries briefly before it sleeps: detail/spinning_mutex.hpp; a lock per
- * thread cache, taken before the mutex, never while it is held; a lock per page shard, taken by its thread
- * alone, or after the mutex by others, never before it). Combining: a thread that finds the mutex
+ * thread cache, taken before the mutex, never while it is held). Combining: a thread that finds the mutex
  * held publishes the locked part of its allocate or deallocate in a slot of its own and spins on that slot;
  * whichever thread holds the mutex runs the published operations before releasing it, in passes over the
  * slots until one finds none or it has run combining_budget operations for others, so the heap's data stays on
@@ -199,7 +184,7 @@ struct vmm_pool_options {
   /// file comment); 0 (the default) turns the caches off, and so does a release_threshold (a cached block
   /// would keep its page from the heap). Off by default: they speed up single-threaded loops of many small
   /// allocations (docs/vmm_pool.md), but a block freed and cached by one thread stays out of the other
-  /// threads' reach until the pool drains the caches, which happens only before it grows.
+  /// threads' reach until the pool drains the caches, which happens only before it takes a page or grows.
   std::size_t thread_cache_limit{0};
 };
 
@@ -300,6 +285,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
     cudaStream_t stream{};
     std::uint64_t thread{};        // this_thread_token() for the per-thread default stream, else 0
     cudaEvent_t event{};
+    std::uint64_t frees{};         // frees made on the stream so far (stream_progress::recorded_through)
     // The event is recorded at every free, during the call: for a stream gpumem may not use later
     // (before_stream_destroy.hpp), and for the per-thread default stream (only its thread can name it).
     bool record_at_free{false};
@@ -309,13 +295,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// and event meanwhile: a slot is reused only with no holder, and a stream's destruction waits for its
   /// recorders.
   struct stream_progress {
-    /// Frees made on the slot's stream so far: counted under the mutex, or under the lock of the freeing
-    /// thread's page shard (so a taker that found the block in its page, after that lock, sees the count).
-    std::atomic<std::uint64_t> frees{0};
     std::atomic<std::uint64_t> recorded_through{0};  // the slot's frees that its event's latest record follows
-    /// Changes, with the mutex and every shard's lock held, when the slot stops naming its stream (reused or
-    /// destroyed): a shard's memo of the slot holds only while it is unchanged.
-    std::atomic<std::uint64_t> generation{0};
     std::atomic<unsigned> holders{0};    // takers still to wait on the event (or to give their block back)
     std::atomic<unsigned> recorders{0};  // takers still to record the event on the slot's stream
   };
@@ -335,27 +315,6 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
     std::uint64_t streams{0};    // the block's mask: what it goes back with when a wait fails
   };
 
-  /// A thread's small pages (Small blocks in the file comment). Its thread takes blocks from them and frees
-  /// blocks into them under the shard's lock alone; other threads touch them only with the mutex held, then
-  /// the shard's lock (lock order: the mutex, then shards; a thread never takes the mutex while it holds a
-  /// shard's lock). A thread that exits leaves its shard, pages and all, to the next thread that claims one.
-  struct alignas(64) page_shard {
-    mutable detail::cache_lock lock;  // mutable: the const queries sum over the shards
-    std::atomic<detail::block_cache const*> owner{nullptr};  // the owning thread's cache (none: free to claim)
-    std::optional<detail::small_pages> pages GPUMEM_GUARDED_BY(lock);  // made at the owner's first page
-    /// The owner's last streams whose slots count frees at once (no event record at each free), with their
-    /// slots; an entry holds while progress_[slot].generation equals its generation.
-    struct slot_memo {
-      cudaStream_t stream{};
-      unsigned slot{64};  // no_slot: none
-      std::uint64_t generation{};
-    };
-    static constexpr unsigned memo_size = 4;
-    std::array<slot_memo, memo_size> memos GPUMEM_GUARDED_BY(lock){};
-    unsigned next_memo GPUMEM_GUARDED_BY(lock){0};  // the entry the next new stream replaces
-  };
-  static constexpr unsigned shard_count = 64;
-
   /// The locked part of an allocate or deallocate, published by a thread that found the mutex held, for the
   /// holder to run (Thread-safety in the file comment). Fields are written by the publishing thread before
   /// `state` becomes published, and by the holder that runs it before `state` becomes done or declined.
@@ -372,13 +331,11 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
     std::size_t size{};            // the small class (0: from the heap)
     cudaStream_t stream{};
     std::uintptr_t address{};      // a free's block
-    page_shard* shard{};           // the publishing thread's page shard (none: the shared pages)
     stream_waits* waits{};         // an allocation's waits, filled by the take
     void* block{};                 // an allocation's block (null: no room without growing)
     std::exception_ptr error;      // what the operation threw
   };
   static constexpr unsigned combining_slots = 64;
-
   /// The most published operations one holder runs for others before it releases the mutex.
   static constexpr unsigned combining_budget = 128;
 
@@ -402,36 +359,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// were drained into their pages), else from the heap, counted in use; nullptr when there is no room. Fills
   /// `waits` with the stream waits the block needs before `stream` may use it (wait_for_frees). Lock held.
   void* try_take(std::size_t rounded, std::size_t size, cuda_stream_view stream, std::size_t new_page,
-                 stream_waits& waits, page_shard* shard) GPUMEM_REQUIRES(mutex_);
-  /// The calling thread's page shard (with `claim`, claimed when it has none), or null: none (free), no thread
-  /// cache, or no shards (small_block_limit 0 or a release_threshold).
-  [[nodiscard]] page_shard* own_shard(bool claim) noexcept;
-  /// A small block from the calling thread's shard without the mutex; the mutex only to plan the stream waits of
-  /// a block last freed on another stream. @return null when the shard has no room (take a page under the mutex).
-  void* take_from_shard(page_shard& shard, std::size_t rounded, cuda_stream_view stream) GPUMEM_EXCLUDES(mutex_);
-  /// Frees a small block into the calling thread's shard without the mutex, when the shard holds it and the
-  /// stream's slot is remembered. @return whether it did (else free it under the mutex).
-  /// @throws gpumem::logic_error for a double free (the shard is unchanged).
-  bool free_into_shard(page_shard& shard, std::uintptr_t address, cudaStream_t stream) GPUMEM_EXCLUDES(mutex_);
-  /// The remembered slot of `stream` in `shard`, or no_slot.
-  [[nodiscard]] unsigned remembered_slot(page_shard const& shard, cudaStream_t stream) const noexcept
-    GPUMEM_REQUIRES(shard.lock);
-  /// Remembers the slot of `stream` in `shard` (when it has one whose frees need no record during the call).
-  /// Lock held (the mutex; the shard's is taken here).
-  void remember_slot(page_shard* shard, cudaStream_t stream) GPUMEM_REQUIRES(mutex_);
-  /// Calls f(std::span<page_shard* const>) with every shard ever claimed locked at once. Lock held.
-  /// Not analysed: the analysis cannot follow a lock taken per element of a container.
-  template <class F>
-  void with_all_shards_locked(F&& f) GPUMEM_REQUIRES(mutex_) GPUMEM_NO_THREAD_SAFETY_ANALYSIS;
-  /// The pages that small blocks of `shard` come from (made at first use), or the shared pages when null.
-  /// Lock held, and the shard's.
-  [[nodiscard]] detail::small_pages& pages_of(page_shard* shard) GPUMEM_REQUIRES(mutex_);
-  /// Gives the kept empty pages of the shared pages and of `shard` (or, when all is set, of every shard) back to
-  /// the heap. Lock held.
-  void retire_empty_pages(page_shard* shard, bool all = false) GPUMEM_REQUIRES(mutex_);
-  /// Sums f(small_pages const&) over the shared pages and every shard's. Lock held.
-  template <class F>
-  [[nodiscard]] std::size_t sum_over_pages(F&& f) const GPUMEM_REQUIRES(mutex_) GPUMEM_NO_THREAD_SAFETY_ANALYSIS;
+                 stream_waits& waits) GPUMEM_REQUIRES(mutex_);
   /// The waits `stream` needs for a block last freed on the slots of `mask`, counted as held (and in
   /// cross_stream_takes when there is one). Lock held.
   void plan_waits(std::uint64_t mask, cudaStream_t stream, stream_waits& waits) GPUMEM_REQUIRES(mutex_);
@@ -455,10 +383,11 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   std::uint32_t run_op(combined_op& op, bool own) noexcept GPUMEM_REQUIRES(mutex_);
   /// Runs every published operation of other threads once. Lock held.
   void run_published() noexcept GPUMEM_REQUIRES(mutex_);
-  /// Frees a small block into its page (in `shard` when that holds it, else the shared pages or any shard's),
-  /// and a page of the shared pages that empties beyond their limit into the heap. Lock held.
+  /// Frees a small block into its page, and a page that empties into the heap. Lock held.
   /// @throws gpumem::logic_error for a double free or an address that is no block's (nothing changes).
-  void free_into_page(std::uintptr_t address, std::uint64_t mask, page_shard* shard) GPUMEM_REQUIRES(mutex_);
+  void free_into_page(std::uintptr_t address, std::uint64_t mask) GPUMEM_REQUIRES(mutex_);
+  /// Gives the small pages' kept empty pages back to the heap: before every operation on the heap. Lock held.
+  void retire_empty_pages() GPUMEM_REQUIRES(mutex_);
   /// The size class of a small request (rounded to 256), the key of the thread caches; 0 when not small.
   [[nodiscard]] std::size_t small_class(std::size_t rounded) const noexcept;
   /// Puts a freed block in the calling thread's cache when its stream may be cached. @return whether it did.
@@ -470,8 +399,8 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   void spill(detail::block_cache::spill_batch const& batch, bool own_thread) noexcept GPUMEM_EXCLUDES(mutex_);
   /// Frees `address` (a small block when `small`) into its page or the heap on the slot of `stream` (record
   /// or count its event). Lock held.
-  void free_into_heap(std::uintptr_t address, std::size_t rounded, bool small, cudaStream_t stream,
-                      page_shard* shard) GPUMEM_REQUIRES(mutex_);
+  void free_into_heap(std::uintptr_t address, std::size_t rounded, bool small, cudaStream_t stream)
+    GPUMEM_REQUIRES(mutex_);
   /// Empties every thread's cache into the heap.
   void drain_thread_caches() noexcept GPUMEM_EXCLUDES(mutex_);
   /// The bytes (and largest block) that thread caches hold now.
@@ -546,11 +475,7 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   detail::invariant_sampler invariant_sampler_;  // which calls check_invariants() after them (debug builds)
   std::size_t small_block_limit_{};   // fixed at construction (read without the lock)
   std::size_t thread_cache_limit_{};  // fixed at construction (read without the lock)
-  /// The small pages of threads without a shard (none: small_block_limit 0); also the shape of every page.
-  std::optional<detail::small_pages> pages_ GPUMEM_GUARDED_BY(mutex_);
-  bool shards_on_{false};  // small_block_limit > 0 and no release_threshold; fixed at construction
-  std::array<page_shard, shard_count> shards_{};
-  std::atomic<unsigned> shards_claimed_{0};  // shards [0, this) were ever claimed
+  std::optional<detail::small_pages> pages_ GPUMEM_GUARDED_BY(mutex_);  // none: small_block_limit 0
   mutable detail::mutex exports_mutex_;  // taken inside mutex_, never the other way round
   /// The descriptor of each piece that was exported (shareable()), shared by the exports, until it goes back.
   mutable std::map<physical_handle, std::shared_ptr<owned_fd const>> exported_pieces_ GPUMEM_GUARDED_BY(exports_mutex_);

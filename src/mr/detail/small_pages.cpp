@@ -44,7 +44,7 @@ void set_bit(std::vector<std::uint64_t>& bits, std::size_t i, bool on) noexcept
 small_pages::small_pages(options const& o) : options_{o}
 {
   spare_.reserve(spare_limit);
-  empty_.reserve(std::min<std::size_t>(o.empty_limit, 16) + 1);
+  empty_.reserve(empty_limit + 1);
   expects(o.alignment > 0 && std::has_single_bit(o.alignment),
           "small_pages: alignment " + std::to_string(o.alignment) + " is not a power of two");
   expects(o.classes_per_doubling >= 1 && o.classes_per_doubling <= 16 && std::has_single_bit(o.classes_per_doubling),
@@ -202,9 +202,6 @@ small_pages::block small_pages::add_page(std::uintptr_t address, std::size_t byt
   if (overlaps_next || overlaps_previous) { throw logic_error("small_pages: a page at " + hex(address) + " overlaps another"); }
   // A retired page's node and vectors are reused: no heap allocation when a page of a class of at most the
   // same number of blocks is added, and no work per block (blocks are set up as they are carved).
-  // Room for every page to be kept empty, up to the limit (give_back must not throw once it changed a page).
-  std::size_t const keepable = std::min(options_.empty_limit, pages_.size() + 1);
-  if (empty_.capacity() < keepable + 1) { empty_.reserve(std::max(keepable + 1, 2 * empty_.capacity())); }  // may throw
   std::map<std::uintptr_t, page>::node_type node;
   if (!spare_.empty()) {
     node = std::move(spare_.back());
@@ -262,8 +259,8 @@ std::optional<small_pages::retired_page> small_pages::give_back(std::uintptr_t a
   last_page_ = &p;
   if (p.used != 0) { return std::nullopt; }
   // Kept until the owner's next heap operation, or until more pages are empty.
-  empty_.push_back(base);  // capacity reserved at construction and by add_page: no throw
-  if (empty_.size() <= options_.empty_limit) { return std::nullopt; }
+  empty_.push_back(base);  // capacity reserved at construction: no throw
+  if (empty_.size() <= empty_limit) { return std::nullopt; }
   std::uintptr_t const oldest = empty_.front();
   empty_.erase(empty_.begin());
   return retire(pages_.find(oldest));
@@ -367,7 +364,7 @@ void small_pages::check_invariants() const
     if (it == pages_.end() || &it->second != last_page_) { fail("the page last used is gone"); }
   }
   if (bytes != page_bytes_ || used != used_bytes_) { fail("the byte counts disagree"); }
-  if (empty_.size() > options_.empty_limit) { fail("more empty pages kept than " + std::to_string(options_.empty_limit)); }
+  if (empty_.size() > empty_limit) { fail("more empty pages kept than " + std::to_string(empty_limit)); }
   for (std::uintptr_t const address : empty_) {
     if (!pages_.contains(address)) { fail("a kept empty page " + hex(address) + " is gone"); }
   }

@@ -281,22 +281,22 @@ TEST(small_pages, more_empty_pages_than_the_limit_retire_the_oldest)
   small_pages pages{{}};
   std::size_t const page = page_for(pages, 1 * KiB);
   std::vector<std::uintptr_t> firsts;
-  for (std::size_t i = 0; i <= small_pages::default_empty_limit; ++i) {
+  for (std::size_t i = 0; i <= small_pages::empty_limit; ++i) {
     firsts.push_back(add(pages, base + i * page, 1 * KiB, 0).address);
   }
-  for (std::size_t i = 0; i < small_pages::default_empty_limit; ++i) {
+  for (std::size_t i = 0; i < small_pages::empty_limit; ++i) {
     EXPECT_FALSE(pages.give_back(firsts[i], std::uint64_t{1} << i)) << "kept";
   }
-  EXPECT_EQ(pages.empty_page_count(), small_pages::default_empty_limit);
+  EXPECT_EQ(pages.empty_page_count(), small_pages::empty_limit);
   auto const oldest = pages.give_back(firsts.back(), 0);
   ASSERT_TRUE(oldest) << "one more empty page than the limit";
   EXPECT_EQ(oldest->address, firsts.front());
   EXPECT_EQ(oldest->streams, 1U);
-  EXPECT_EQ(pages.empty_page_count(), small_pages::default_empty_limit);
+  EXPECT_EQ(pages.empty_page_count(), small_pages::empty_limit);
   pages.check_invariants();
   std::size_t retired = 0;
   while (pages.retire_empty_page()) { ++retired; }
-  EXPECT_EQ(retired, small_pages::default_empty_limit);
+  EXPECT_EQ(retired, small_pages::empty_limit);
   EXPECT_EQ(pages.page_count(), 0U);
   pages.check_invariants();
 }

@@ -4,10 +4,8 @@
  * into equal blocks of one size class, and goes back to the heap once its last block is freed: the owner
  * retires the empty pages (retire_empty_page) before its next operation on the heap, so a page emptied and
  * refilled between two heap operations (a block of one size allocated and freed in a loop) stays, and the heap
- * sees the same free ranges as if every empty page had gone back at once. At most options::empty_limit pages
- * are kept empty; one more retires the oldest. An owner that cannot reach the heap when a page empties (a
- * page set of one thread, whose frees take no lock of the heap) sets no limit and retires the empty pages at its
- * next heap operation.
+ * sees the same free ranges as if every empty page had gone back at once. At most empty_limit pages are kept
+ * empty; one more retires the oldest.
  *
  * Why: a small block placed among large free ranges splits them, and while it lives the pool must grow for
  * a large request that the range would have held. Kept in pages, small blocks pin at most their pages, and
@@ -38,7 +36,7 @@
  *   page_bytes_for(its class, any pool);
  *   a page's free blocks are exactly the carved blocks not in use, each once (a bitmap);
  *   used + free + uncarved == capacity; a page has used == 0 iff it is kept empty, and then it is in the list
- *   of kept empty pages, which holds at most options::empty_limit pages;
+ *   of kept empty pages, which holds at most empty_limit pages;
  *   a page is in its class's list of pages with room (a doubly linked list) iff it has room;
  *   used_bytes() == sum of used * class, page_bytes() == sum of page sizes.
  *
@@ -63,8 +61,8 @@ namespace gpumem::detail {
 /** @brief See the file comment. */
 class GPUMEM_EXPORT small_pages {
  public:
-  /// Empty pages kept until the owner's next heap operation, unless the owner sets another limit.
-  static constexpr std::size_t default_empty_limit = 4;
+  /// Empty pages kept until the owner's next heap operation.
+  static constexpr std::size_t empty_limit = 4;
 
   /** @brief The shape of the pages. */
   struct options {
@@ -75,7 +73,6 @@ class GPUMEM_EXPORT small_pages {
     std::size_t min_blocks_per_page{4};                  ///< a page holds at least this many blocks
     unsigned classes_per_doubling{4};                    ///< size classes per power of two (1, 2, 4, 8, 16)
     std::size_t alignment{256};                          ///< every block size and address is a multiple
-    std::size_t empty_limit{default_empty_limit};        ///< empty pages kept (SIZE_MAX: no limit)
   };
 
   /** @brief A block handed out, with the streams whose frees in its page the new user must follow. */
@@ -121,7 +118,7 @@ class GPUMEM_EXPORT small_pages {
 
   /**
    * @brief Frees the block at `address`, freed on the streams of `streams`. When this was the page's last
-   * block, the page is kept empty (the file comment), and when that makes more than options::empty_limit, the oldest
+   * block, the page is kept empty (the file comment), and when that makes more than empty_limit, the oldest
    * kept page is retired.
    * @return the retired page, if any: it is forgotten, give it back to the heap.
    * @throws gpumem::logic_error if no page holds `address`, it is not a block's start, or the block is
@@ -135,13 +132,11 @@ class GPUMEM_EXPORT small_pages {
    * @return the retired page (forgotten here: give it back to the heap), or nullopt when none is kept.
    */
   [[nodiscard]] std::optional<retired_page> retire_empty_page() noexcept;
-  /** @return how many empty pages are kept (at most options::empty_limit). */
+  /** @return how many empty pages are kept (at most empty_limit). */
   [[nodiscard]] std::size_t empty_page_count() const noexcept { return empty_.size(); }
 
-  /** @return whether some page holds `address`. O(log p) */
+  /** @return whether some page holds `address`. */
   [[nodiscard]] bool owns(std::uintptr_t address) const noexcept;
-  /** @return the same as owns(address): O(1) when it is in the page a block was last taken from or given back to. */
-  [[nodiscard]] bool holds(std::uintptr_t address) noexcept { return page_of(address) != nullptr; }
   /** @brief Removes the bits of `mask` from every block's streams (their frees are safe for all now). O(blocks) */
   void forget_streams(std::uint64_t mask) noexcept;
   /** @return the union of every block's streams. O(blocks) */
