@@ -20,7 +20,8 @@
 #   -- ARGS       passed to every Google Benchmark executable (e.g. --benchmark_filter=^fixed)
 #
 # Environment: GPUMEM_BACKEND=host|cuda forces a backend; GPUMEM_BENCH_LOGS: the logs `gpumem replay` replays
-# (default: the four PyTorch logs and the Thrust pipeline's log in data/logs); GPUMEM_JOBS: build parallelism.
+# (default: the four PyTorch logs and the Thrust pipeline's log in data/logs, then the three held-out logs of
+# data/held_out); GPUMEM_JOBS: build parallelism.
 #
 # Each run's output is checked and added to bench.json by scripts/bench_record.py, with the command that
 # produced it. The allocation benchmark first runs --smoke over every resource, so that a broken resource
@@ -76,7 +77,9 @@ if [[ -n ${GPUMEM_BENCH_LOGS:-} ]]; then
   read -r -a logs <<<"$GPUMEM_BENCH_LOGS"
 else
   logs=(data/logs/pytorch_resnet50_train.csv.gz data/logs/pytorch_gpt_train.csv.gz
-        data/logs/pytorch_unet_train.csv.gz data/logs/pytorch_llm_generate.csv.gz data/logs/thrust_pipeline.csv.gz)
+        data/logs/pytorch_unet_train.csv.gz data/logs/pytorch_llm_generate.csv.gz data/logs/thrust_pipeline.csv.gz
+        data/held_out/pytorch_gpt_train_seed1.csv.gz data/held_out/pytorch_unet_train_seed1.csv.gz
+        data/held_out/pytorch_llm_generate_seed1.csv.gz)
 fi
 
 say() { printf '\n==== %s\n' "$*" | tee -a "$log"; }

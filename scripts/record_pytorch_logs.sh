@@ -5,6 +5,8 @@
 # own caching allocator (its peaks). One JSON line per run goes to $OUT/programs.jsonl.
 #
 #   bash scripts/record_pytorch_logs.sh [program...]     (default: all three)
+#   SEED=1 bash scripts/record_pytorch_logs.sh           (other random choices: logs <program>_seed1.csv.gz, runs
+#                                                         that data/logs/, recorded with seed 0, does not hold)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-/tmp/gpumem-out}; mkdir -p "$out"
@@ -16,13 +18,15 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITEC
 cmake --build "$build" --parallel "$(nproc)" >>"$out/record-build.log" 2>&1 || { tail -30 "$out/record-build.log"; exit 1; }
 python=$(sed -n 's/^Python3_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
 programs=("$@"); ((${#programs[@]})) || programs=(gpt_train llm_generate unet_train)
+seed=${SEED:-0}
+suffix=""; ((seed == 0)) || suffix=_seed$seed
 failed=0
 for p in "${programs[@]}"; do
-  log=/tmp/$p.csv
+  log=/tmp/$p$suffix.csv
   PYTHONUNBUFFERED=1 PYTHONPATH="$build/python" timeout 300 "$python" benchmarks/traces/pytorch_programs.py "$p" \
-    --allocator gpumem --log "$log" | tee -a "$out/programs.jsonl" || failed=1
-  [[ -s $log ]] && { wc -l "$log"; gzip -9 -c "$log" >"$out/$p.csv.gz"; }
-  PYTHONUNBUFFERED=1 timeout 300 "$python" benchmarks/traces/pytorch_programs.py "$p" --allocator pytorch \
+    --seed "$seed" --allocator gpumem --log "$log" | tee -a "$out/programs.jsonl" || failed=1
+  [[ -s $log ]] && { wc -l "$log"; gzip -9 -c "$log" >"$out/$p$suffix.csv.gz"; }
+  PYTHONUNBUFFERED=1 timeout 300 "$python" benchmarks/traces/pytorch_programs.py "$p" --seed "$seed" --allocator pytorch \
     | tee -a "$out/programs.jsonl" || failed=1
 done
 exit $failed

@@ -12,8 +12,9 @@ PROGRAM is one of:
   unet_train    a convolutional U-Net trained under bf16 autocast with batch sizes and image sizes drawn at
                 random every step
 
-Every program is seeded (seed 0), so the allocation sequence is the same under both allocators up to the
-rounding PyTorch's own allocator applies to sizes.
+Every program is seeded (seed 0, or --seed), so the allocation sequence is the same under both allocators up to
+the rounding PyTorch's own allocator applies to sizes. Another seed draws other batch sizes, sequence lengths
+and image sizes: a run of the same program that the logs of data/logs/ (seed 0) do not contain.
 
 --allocator gpumem: PyTorch's allocations go through gpumem's pluggable allocator
 (gpumem.allocators.torch_allocator) to a LoggingResourceAdaptor over a CudaAsyncMemoryResource, which writes
@@ -80,11 +81,11 @@ def gpt(torch, vocab, d, layers, heads, max_seq):
     return GPT()
 
 
-def gpt_train(torch, steps):
+def gpt_train(torch, steps, seed):
     vocab, max_seq = 32000, 1024
     model = gpt(torch, vocab, d=1024, layers=12, heads=16, max_seq=max_seq).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    rng = random.Random(0)
+    rng = random.Random(seed)
     for _ in range(steps):
         batch = rng.choice([4, 8, 16])
         seq = rng.choice([128, 256, 384, 512, 768, 1024])
@@ -99,10 +100,10 @@ def gpt_train(torch, steps):
     del model, opt
 
 
-def llm_generate(torch, steps):
+def llm_generate(torch, steps, seed):
     vocab, max_seq = 32000, 2048
     model = gpt(torch, vocab, d=2048, layers=6, heads=16, max_seq=max_seq).cuda().to(torch.bfloat16).eval()
-    rng = random.Random(0)
+    rng = random.Random(seed)
     with torch.no_grad():
         for _ in range(steps):  # one request (a batch of prompts) per step
             batch = rng.choice([1, 2, 4, 8, 16])
@@ -121,7 +122,7 @@ def llm_generate(torch, steps):
     del model
 
 
-def unet_train(torch, steps):
+def unet_train(torch, steps, seed):
     nn = torch.nn
 
     def conv_block(cin, cout):
@@ -159,7 +160,7 @@ def unet_train(torch, steps):
 
     model = UNet().cuda()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    rng = random.Random(0)
+    rng = random.Random(seed)
     for _ in range(steps):
         batch = rng.choice([4, 8, 16, 32])
         size = rng.choice([128, 192, 256, 320, 384])
@@ -183,6 +184,7 @@ def main(argv=None):
     parser.add_argument("--allocator", choices=["gpumem", "pytorch"], required=True)
     parser.add_argument("--log", help="the CSV log to write (with --allocator gpumem)")
     parser.add_argument("--steps", type=int, help="steps (default: the program's own)")
+    parser.add_argument("--seed", type=int, default=0, help="the seed of the program's random choices (default 0)")
     args = parser.parse_args(argv)
     if args.allocator == "gpumem" and not args.log:
         parser.error("--allocator gpumem needs --log FILE")
@@ -197,13 +199,13 @@ def main(argv=None):
         gpumem.mr.set_current_device_resource(logger)
         torch.cuda.memory.change_current_allocator(gpumem.allocators.torch_allocator())
 
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     function, default_steps = PROGRAMS[args.program]
     steps = args.steps or default_steps
     start = time.perf_counter()
-    function(torch, steps)
+    function(torch, steps, args.seed)
     torch.cuda.synchronize()
-    result = {"program": args.program, "allocator": args.allocator, "steps": steps,
+    result = {"program": args.program, "allocator": args.allocator, "steps": steps, "seed": args.seed,
               "seconds": round(time.perf_counter() - start, 2)}
     if logger is not None:
         logger.flush()
