@@ -57,8 +57,11 @@ struct replay_command {
 /// a replay on several threads).
 text_table replay_table(std::size_t repeats, std::size_t threads)
 {
-  std::vector<text_column> columns{{"resource", 11, true}, {"ns/op", 9}, {"peak upstream", 14}, {"peak live", 12},
-                                   {"ratio", 8},           {"failures", 9}, {"unknown frees", 14}};
+  std::vector<text_column> columns{{"resource", 11, true}, {"ns/op", 9}, {"peak upstream", 14}, {"peak live", 12}};
+  if (threads != 1) { columns.push_back({"held at once", 13}); }  // the ratio's denominator on several threads
+  columns.push_back({"ratio", 8});
+  columns.push_back({"failures", 9});
+  columns.push_back({"unknown frees", 14});
   if (repeats > 1) { columns.push_back({"ns/op min - max", 21}); }
   if (threads != 1) {
     columns.push_back({"threads", 8});
@@ -87,7 +90,7 @@ int run_replay(replay_command const& c, std::ostream& out)
   if (c.csv) {
     out << "log,resource,ops,ns_per_op,peak_upstream_bytes,peak_live_bytes,ratio,failures,unknown_frees,"
            "log_failures,log_failures_reproduced,reserves_upfront,runs,ns_per_op_min,ns_per_op_max,threads,"
-           "cross_thread_waits,warm\n";
+           "cross_thread_waits,warm,held_peak_bytes\n";
   }
   library_log_summary library_log;
   text_table const table = replay_table(c.repeats, c.threads);
@@ -109,16 +112,24 @@ int run_replay(replay_command const& c, std::ostream& out)
                                                                  .vmm_mapping_divisor = c.vmm_mapping_divisor});
         std::string const label =
           source.name() + " on " + name + (c.repeats > 1 ? " (run " + std::to_string(run + 1) + ")" : "");
+        std::size_t warm_up_held = 0;
         if (c.warm) {
           progress_bar warm_up{label + " (warm-up)"};
           allocation_log_reader first = source.open();
-          (void)replay(first, r, {.progress = warm_up.callback(), .threads = c.threads});
+          warm_up_held = replay(first, r, {.progress = warm_up.callback(), .threads = c.threads}).held_peak_bytes;
           warm_up.clear();
         }
         progress_bar progress{label};
         allocation_log_reader log = source.open();
         runs[i].push_back(replay(log, r, {.progress = progress.callback(), .threads = c.threads}));
         progress.clear();
+        if (warm_up_held > runs[i].back().held_peak_bytes) {  // the peak upstream spans both replays: so does this
+          replay_result& timed = runs[i].back();
+          timed.held_peak_bytes = warm_up_held;
+          if (timed.peak_upstream_bytes) {
+            timed.fragmentation = static_cast<double>(*timed.peak_upstream_bytes) / static_cast<double>(warm_up_held);
+          }
+        }
         // A peak above the device: one note as soon as the first run shows it, instead of a summary of
         // each run's out-of-memory warnings.
         replay_result const& done = runs[i].back();
@@ -154,18 +165,18 @@ int run_replay(replay_command const& c, std::ostream& out)
             << std::setprecision(4) << result.fragmentation.value_or(0.0) << ',' << result.failures << ','
             << result.unknown_frees << ',' << result.log_failures << ',' << result.log_failures_reproduced << ','
             << (upfront[i] ? 1 : 0) << ',' << c.repeats << ',' << std::setprecision(1) << t.min << ',' << t.max
-            << ',' << result.threads << ',' << result.cross_thread_waits << ',' << (c.warm ? 1 : 0) << '\n';
+            << ',' << result.threads << ',' << result.cross_thread_waits << ',' << (c.warm ? 1 : 0) << ','
+            << result.held_peak_bytes << '\n';
       } else {
         std::string const ratio = result.fragmentation
                                     ? fit_number(*result.fragmentation, 3, upfront[i] ? 7 : 8) + (upfront[i] ? "*" : "")
                                     : "-";
-        std::vector<std::string> cells{name,
-                                       fit_number(t.median, 1, 9),
-                                       compact_bytes(upstream),
-                                       compact_bytes(result.peak_live_bytes),
-                                       ratio,
-                                       fit_number(static_cast<double>(result.failures), 0, 9),
-                                       fit_number(static_cast<double>(result.unknown_frees), 0, 14)};
+        std::vector<std::string> cells{name, fit_number(t.median, 1, 9), compact_bytes(upstream),
+                                       compact_bytes(result.peak_live_bytes)};
+        if (c.threads != 1) { cells.push_back(compact_bytes(result.held_peak_bytes)); }
+        cells.push_back(ratio);
+        cells.push_back(fit_number(static_cast<double>(result.failures), 0, 9));
+        cells.push_back(fit_number(static_cast<double>(result.unknown_frees), 0, 14));
         if (c.repeats > 1) { cells.push_back(fit_number(t.min, 1, 9) + " - " + fit_number(t.max, 1, 9)); }
         if (c.threads != 1) {
           cells.push_back(fit_number(static_cast<double>(result.threads), 0, 8));

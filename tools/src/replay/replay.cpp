@@ -14,6 +14,7 @@
 #include <bit>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace gpumem {
@@ -163,12 +164,14 @@ class progress_reporter {
   double last_{0.0};
 };
 
-/// What running the planned batches gave: the counts, the timed wall time, the workers and their waits.
+/// What running the planned batches gave: the counts, the timed wall time, the workers and their waits, and
+/// (on several threads) the most bytes the workers held at once.
 struct replay_run {
   detail::replay_counts counts;
   std::chrono::steady_clock::duration elapsed{};
   std::size_t threads{1};
   std::size_t waits{0};
+  std::optional<std::size_t> held_peak_bytes{};  // none: the log's peak live bytes (one thread, in log order)
 };
 
 /// The single-threaded replay: the calling thread runs every operation, in log order.
@@ -230,7 +233,7 @@ replay_run run_in_order(row_batches& rows, mr::device_memory_resource& resource,
     throw;
   }
   run.release_all();
-  return {run.counts, elapsed, 1, 0};
+  return {run.counts, elapsed, 1, 0, std::nullopt};
 }
 
 /// The replay on several threads (replay_threads.hpp): each batch planned by lane, then run by all workers
@@ -254,7 +257,7 @@ replay_run run_on_threads(row_batches& rows, mr::device_memory_resource& resourc
     throw;
   }
   workers.release_all();
-  return {workers.counts(), elapsed, workers.workers(), workers.waits()};
+  return {workers.counts(), elapsed, workers.workers(), workers.waits(), workers.held_peak_bytes()};
 }
 
 replay_result run_replay(row_batches& rows, mr::device_memory_resource& resource, replay_options const& options)
@@ -270,6 +273,7 @@ replay_result run_replay(row_batches& rows, mr::device_memory_resource& resource
   replay_result result;
   result.events = planner.events();
   result.peak_live_bytes = planner.peak_live_bytes();
+  result.held_peak_bytes = run.held_peak_bytes.value_or(result.peak_live_bytes);
   result.unknown_frees = planner.unknown_frees();
   result.missing_frees = planner.missing_frees();
   result.log_failures = planner.log_failures();
@@ -288,9 +292,9 @@ replay_result run_replay(row_batches& rows, mr::device_memory_resource& resource
   result.ns_per_op = result.ops == 0 ? 0.0 : result.elapsed_ns / static_cast<double>(result.ops);
   if (options.peak_upstream_bytes) {
     result.peak_upstream_bytes = options.peak_upstream_bytes();
-    if (result.peak_live_bytes > 0) {
+    if (result.held_peak_bytes > 0) {
       result.fragmentation =
-        static_cast<double>(*result.peak_upstream_bytes) / static_cast<double>(result.peak_live_bytes);
+        static_cast<double>(*result.peak_upstream_bytes) / static_cast<double>(result.held_peak_bytes);
     }
   }
   return result;

@@ -119,7 +119,16 @@ void replay_workers::work(lane& l) noexcept
         ++l.waits;
         if (!wait_for(op.slot, planned.seq)) { return; }
       }
+      if (op.kind == replay_op_kind::deallocate) {  // no longer held once its free is called
+        replay_held const& block = held_[op.slot];
+        if (block.pointer != nullptr && block.pointer != replay_failed()) {
+          held_bytes_.now.fetch_sub(static_cast<std::int64_t>(block.size), std::memory_order_relaxed);
+        }
+      }
       execute_replay_op(resource_, planner_.stream(op.stream), op, held_.data(), l.counts);
+      if (op.kind == replay_op_kind::allocate && held_[op.slot].pointer != replay_failed()) {
+        note_allocated(op.size);  // before the slot's count: a free on another lane comes after it
+      }
       if (op.kind != replay_op_kind::probe_failure) {
         done_[op.slot].store(planned.seq + 1, std::memory_order_release);
       }
@@ -128,6 +137,14 @@ void replay_workers::work(lane& l) noexcept
     l.error = std::current_exception();
     abort_.store(true, std::memory_order_relaxed);
   }
+}
+
+void replay_workers::note_allocated(std::size_t bytes) noexcept
+{
+  auto const size = static_cast<std::int64_t>(bytes);
+  std::int64_t const now = held_bytes_.now.fetch_add(size, std::memory_order_relaxed) + size;
+  std::int64_t seen = held_bytes_.peak.load(std::memory_order_relaxed);
+  while (now > seen && !held_bytes_.peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {}
 }
 
 std::chrono::steady_clock::duration replay_workers::run()

@@ -73,6 +73,11 @@ class replay_workers {
 
   /// @return the counts of all workers together.
   [[nodiscard]] replay_counts counts() const noexcept;
+  /// @return the most bytes the workers held at once (replay_result::held_peak_bytes), over every run().
+  [[nodiscard]] std::size_t held_peak_bytes() const noexcept
+  {
+    return static_cast<std::size_t>(held_bytes_.peak.load(std::memory_order_relaxed));
+  }
   /// @return operations that found their predecessor on another lane not yet done, and waited for it.
   [[nodiscard]] std::size_t waits() const noexcept;
   /// @return the worker threads started.
@@ -92,7 +97,15 @@ class replay_workers {
     std::exception_ptr error;
   };
 
+  // The bytes of blocks whose allocation has returned and whose free has not been called yet, and their peak:
+  // one atomic add per operation (lines of their own, apart from the lanes').
+  struct alignas(64) held_counter {
+    std::atomic<std::int64_t> now{0};
+    std::atomic<std::int64_t> peak{0};
+  };
+
   void work(lane& l) noexcept;
+  void note_allocated(std::size_t bytes) noexcept;
   /// Waits until `slot` has `seq` operations done. @return false when the batch is aborted meanwhile.
   [[nodiscard]] bool wait_for(std::size_t slot, std::uint64_t seq) const noexcept;
 
@@ -108,6 +121,7 @@ class replay_workers {
   std::vector<std::uint32_t> last_lane_;
   std::vector<lane> lanes_;
   std::atomic<bool> abort_{false};  // set by a worker whose operation threw; read by waiting workers
+  held_counter held_bytes_;
   std::unique_ptr<bench::worker_team> team_;  // last member: its threads stop before the rest is destroyed
 };
 

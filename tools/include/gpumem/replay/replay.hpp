@@ -44,14 +44,20 @@
  *   leaves is reused first by the same worker's allocations; only when a worker has none of its own does it
  *   reuse another's, the longest free, which may wait too (counted likewise) if that free has not yet run.
  * - Per operation, the timed loop adds to the single-threaded one a release store of the slot's count (a
- *   plain store on x86-64), and, where the slot's previous operation ran on another worker, an acquire load
- *   (and the wait, if that operation has not run yet). The slots stay bounded: the log's live blocks plus
+ *   plain store on x86-64), one atomic add to the bytes held (a counter the workers share), and, where the
+ *   slot's previous operation ran on another worker, an acquire load (and the wait, if that operation has
+ *   not run yet). The slots stay bounded: the log's live blocks plus
  *   at most 256 slots kept free per worker.
  * - A failed allocation's later free is skipped on whichever worker frees it. The counts (allocations,
  *   frees, unknown frees, lost frees, live at end, `allocate failure` rows) and the peak live bytes are those
  *   of the single-threaded replay of the same log; so are `failures` where the resource has room for the log
  *   (an out-of-memory depends on what else is live at that moment, and so on how the workers interleave).
  *   Peak upstream bytes are the resource's under the concurrent load, and vary from run to run likewise.
+ * - The workers keep no order between rows of different threads but a free after its allocation, so one
+ *   may allocate ahead of another's frees and hold more at once than the log ever had live (a training
+ *   log whose second thread frees what the first allocates, say).
+ *   `held_peak_bytes` is what the workers held at once, and `fragmentation` is taken over it, so that the
+ *   ratio is the resource's and not the interleaving's.
  * - ns_per_op is the wall time of the concurrent timed loop (from the workers' release to the last one's
  *   finish, summed over the batches) / operations: "wall ns per op", which falls as workers run in
  *   parallel and includes the time a worker waits for another and the barrier at each batch's end.
@@ -168,9 +174,14 @@ struct replay_result {
   double elapsed_ns{};           ///< wall time of the timed loop (std::chrono::steady_clock)
   double ns_per_op{};            ///< elapsed_ns / ops (0 when ops == 0)
   std::size_t peak_live_bytes{}; ///< as the log says (peak_live_bytes(log); SIZE_MAX when more)
+  /// The most bytes the replay held from the resource at once: peak_live_bytes with one thread; with several,
+  /// the peak of the sizes of blocks whose allocation had returned and whose free had not yet been called
+  /// (a lower bound of what the resource held at once), which may exceed peak_live_bytes (the file comment's
+  /// "Replay on several threads").
+  std::size_t held_peak_bytes{};
   /// peak bytes taken from the upstream, from replay_options::peak_upstream_bytes
   std::optional<std::size_t> peak_upstream_bytes{};
-  /// peak_upstream_bytes / peak_live_bytes (absent without a probe or when nothing was live)
+  /// peak_upstream_bytes / held_peak_bytes (absent without a probe or when nothing was held)
   std::optional<double> fragmentation{};
   std::size_t failures{};                 ///< allocate calls that this resource failed (any row kind)
   std::size_t log_failures{};             ///< `allocate failure` rows in the log
