@@ -13,7 +13,8 @@
 #   --no-build    run what the tree has, as it is (no configure, no build)
 #   --quick       3 repetitions and 0.05 s per benchmark, 3 replays per log (sized for one call of a time-limited GPU machine);
 #                 the default is 5 repetitions and 5 replays, medians
-#   --only LIST   comma-separated runs, from alloc,adaptors,transfer,plain,vmm,cli_bench,replay,replay_warm,python,ipc,torch
+#   --only LIST   comma-separated runs, from alloc,adaptors,transfer,plain,vmm,cli_bench,replay,replay_warm,
+#                 replay_threads,python,ipc,torch
 #                 (default: all but torch; python and torch need a tree built with GPUMEM_BUILD_PYTHON=ON, else
 #                 they are skipped; torch, PyTorch's allocators against gpumem's on two PyTorch programs, needs
 #                 PyTorch and a GPU and takes about ten minutes: TORCH_BENCH_ARGS adds arguments to it)
@@ -33,7 +34,7 @@ out=${OUT:-build/bench}
 build=build/bench-release
 quick=0
 no_build=0
-only=alloc,adaptors,transfer,plain,vmm,cli_bench,replay,replay_warm,python,ipc
+only=alloc,adaptors,transfer,plain,vmm,cli_bench,replay,replay_warm,replay_threads,python,ipc
 extra=()
 while (($#)); do
   case $1 in
@@ -50,8 +51,8 @@ while (($#)); do
 done
 for run in ${only//,/ }; do
   case $run in
-    alloc | adaptors | transfer | plain | vmm | cli_bench | replay | replay_warm | python | ipc | torch) ;;
-    *) echo "bench.sh: unknown run '$run' in --only (known: alloc,adaptors,transfer,plain,vmm,cli_bench,replay,replay_warm,python,ipc,torch)" >&2
+    alloc | adaptors | transfer | plain | vmm | cli_bench | replay | replay_warm | replay_threads | python | ipc | torch) ;;
+    *) echo "bench.sh: unknown run '$run' in --only (known: alloc,adaptors,transfer,plain,vmm,cli_bench,replay,replay_warm,replay_threads,python,ipc,torch)" >&2
        exit 2 ;;
   esac
 done
@@ -169,6 +170,18 @@ fi
 wants replay && cli replay replay --csv --repeat "$repeat" --resource pool,vmm,cuda_async "${logs[@]}"
 # The steady state: each resource replays the log once untimed, then the timed replay on the same instance.
 wants replay_warm && cli replay_warm replay --csv --warm --repeat "$repeat" --resource pool,vmm,cuda_async "${logs[@]}"
+# The logs of several threads, their threads replayed concurrently (`--threads 0`: one worker per log thread).
+if wants replay_threads; then
+  threaded=()
+  for f in "${logs[@]}"; do
+    (($(gzip -cdf "$f" | awk -F, 'NR > 1 { print $1 }' | sort -u | wc -l) > 1)) && threaded+=("$f")
+  done
+  if ((${#threaded[@]})); then
+    cli replay_threads replay --csv --threads 0 --repeat "$repeat" --resource pool,vmm,cuda_async "${threaded[@]}"
+  else
+    say "replay_threads: skipped (no log of several threads among the logs)"
+  fi
+fi
 if wants python; then
   python=$(sed -n 's/^Python3_EXECUTABLE:FILEPATH=//p' "$build/CMakeCache.txt")
   if [[ -d $build/python/gpumem && -n $python ]]; then

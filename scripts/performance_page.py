@@ -434,6 +434,46 @@ def section_replay(runs, name="replay"):
     return out + csv_failures(run)
 
 
+def section_replay_threads(runs, name="replay_threads"):
+    """The logs of several threads replayed on as many workers: ratios over what the workers held at once,
+    beside the same log's single-threaded `vmm` ratio (the `replay` run)."""
+    run = runs.get(name)
+    if not run:
+        return missing(name)
+    reps = run["rows"][0].get("runs", 1)
+    out = source(run, f"ns/op: wall time of the workers / operations, median of {reps} replays per resource, the "
+                      "resources taking turns; ratio: peak bytes taken from the device / the most bytes the "
+                      "workers held at once")
+    resources = distinct(run["rows"], "resource")
+    single = {(r["log"], r["resource"]): r for r in runs.get("replay", {}).get("rows", [])}
+    header = ["log", "peak live", "held at once (`vmm`)"]
+    for x in resources:
+        header += [f"`{x}` ratio", f"`{x}` ns/op"]
+    with_single = "vmm" in resources and any(r["resource"] == "vmm" for r in single.values())
+    if with_single:
+        header += ["`vmm` ratio, one thread", "difference"]
+    rows = []
+    for log, rs in rows_by(run, "log").items():
+        by = {r["resource"]: r for r in rs}
+        held = by.get("vmm", {}).get("held_peak_bytes")
+        row = [log_label(log), fmt_bytes(rs[0]["peak_live_bytes"]), fmt_bytes(held) if held else "–"]
+        for x in resources:
+            r = by.get(x, {})
+            ratio = r.get("ratio")
+            row += [f"{ratio:.3f}" if ratio else "–", fmt(r.get("ns_per_op"))]
+        if with_single:
+            one = single.get((log, "vmm"), {}).get("ratio")
+            many = by.get("vmm", {}).get("ratio")
+            row += [f"{one:.3f}" if one else "–", f"{many - one:+.3f}" if one and many else "–"]
+        rows.append(row)
+    out += table(header, rows) + [""]
+    refused = [f"{log_label(r['log'])} on `{r['resource']}` {r['failures']}" for r in run["rows"] if r.get("failures")]
+    if refused:
+        out += textwrap.wrap("Allocations refused (out of memory), by log and resource: " +
+                             ", ".join(refused) + ".", 110) + [""]
+    return out + csv_failures(run)
+
+
 def section_vmm_divisors(runs):
     names = sorted((n for n in runs if n.startswith("vmm_divisor_")), key=lambda n: int(n.rsplit("_", 1)[1]),
                    reverse=True)
@@ -626,6 +666,15 @@ def section_targets(runs):
                          f"{min(ratios):.3f} – {max(ratios):.3f}", verdict(replay, max(ratios) <= 1.05)])
             rows.append(["", "≤ 1.5× the pool's ns/op", f"{min(quotients):.2f}× – {max(quotients):.2f}×",
                          verdict(replay, max(quotients) <= 1.5)])
+    threads, replay = runs.get("replay_threads"), runs.get("replay")
+    if threads and replay:
+        one = {r["log"]: r["ratio"] for r in replay["rows"] if r["resource"] == "vmm" and r.get("ratio")}
+        differences = [r["ratio"] - one[r["log"]] for r in threads["rows"]
+                       if r["resource"] == "vmm" and r.get("ratio") and r["log"] in one]
+        if differences:
+            rows.append(["`replay --threads 0` of the logs of several threads, `vmm`",
+                         "ratio ≤ one thread's + 0.05", f"{max(differences):+.3f}",
+                         verdict(threads, max(differences) <= 0.05)])
     transfer = runs.get("transfer")
     if transfer:
         b = Benchmarks(transfer)
@@ -685,6 +734,7 @@ SECTIONS = {
     "cli_bench": section_cli_bench,
     "replay": section_replay,
     "replay_warm": lambda runs: section_replay(runs, "replay_warm"),
+    "replay_threads": section_replay_threads,
     "vmm_divisors": section_vmm_divisors,
     "vmm": section_vmm_driver,
     "transfer": section_transfer,

@@ -67,6 +67,7 @@ class PerformancePage(unittest.TestCase):
     def test_every_section_has_its_table(self):
         for heading in ("## Targets", "## Allocation: `gpumem_bench_alloc`", "## The plain API", "## Adaptor overhead",
                         "## `gpumem bench`", "## Fragmentation on real logs", "### In steady state: `gpumem replay --warm`",
+                        "### On the log's threads: `gpumem replay --threads 0`",
                         "### Pieces that grow with the pool",
                         "### What a growth costs", "## Transfers and zeros", "## Python: one allocation + free pair",
                         "## Memory shared between processes", "## PyTorch programs"):
