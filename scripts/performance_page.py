@@ -398,6 +398,15 @@ def section_cli_bench(runs):
     return out + csv_failures(run)
 
 
+def refused_allocations(run):
+    """A replay run's allocations refused (out of memory), by log and resource: a paragraph, or nothing."""
+    refused = [f"{log_label(r['log'])} on `{r['resource']}` {r['failures']}" for r in run["rows"] if r.get("failures")]
+    if not refused:
+        return []
+    return textwrap.wrap("Allocations refused (out of memory), by log and resource: " + ", ".join(refused) + ".",
+                         110) + [""]
+
+
 def section_replay(runs, name="replay"):
     run = runs.get(name)
     if not run:
@@ -427,11 +436,7 @@ def section_replay(runs, name="replay"):
             row.append(f"**{v / p:.2f}×**" if v and p else "–")
         rows.append(row)
     out += table(header, rows) + [""]
-    refused = [f"{log_label(r['log'])} on `{r['resource']}` {r['failures']}" for r in run["rows"] if r.get("failures")]
-    if refused:
-        out += textwrap.wrap("Allocations refused (out of memory), by log and resource: " +
-                             ", ".join(refused) + ".", 110) + [""]
-    return out + csv_failures(run)
+    return out + refused_allocations(run) + csv_failures(run)
 
 
 def section_replay_threads(runs, name="replay_threads"):
@@ -467,11 +472,7 @@ def section_replay_threads(runs, name="replay_threads"):
             row += [f"{one:.3f}" if one else "–", f"{many - one:+.3f}" if one and many else "–"]
         rows.append(row)
     out += table(header, rows) + [""]
-    refused = [f"{log_label(r['log'])} on `{r['resource']}` {r['failures']}" for r in run["rows"] if r.get("failures")]
-    if refused:
-        out += textwrap.wrap("Allocations refused (out of memory), by log and resource: " +
-                             ", ".join(refused) + ".", 110) + [""]
-    return out + csv_failures(run)
+    return out + refused_allocations(run) + csv_failures(run)
 
 
 def section_vmm_divisors(runs):
