@@ -46,8 +46,7 @@
  * - Per operation, the timed loop adds to the single-threaded one a release store of the slot's count (a
  *   plain store on x86-64), one atomic add to the bytes held (a counter the workers share), and, where the
  *   slot's previous operation ran on another worker, an acquire load (and the wait, if that operation has
- *   not run yet). The slots stay bounded: the log's live blocks plus
- *   at most 256 slots kept free per worker.
+ *   not run yet). The slots stay bounded: the log's live blocks plus at most 256 slots kept free per worker.
  * - A failed allocation's later free is skipped on whichever worker frees it. The counts (allocations,
  *   frees, unknown frees, lost frees, live at end, `allocate failure` rows) and the peak live bytes are those
  *   of the single-threaded replay of the same log; so are `failures` where the resource has room for the log
@@ -55,9 +54,9 @@
  *   Peak upstream bytes are the resource's under the concurrent load, and vary from run to run likewise.
  * - The workers keep no order between rows of different threads but a free after its allocation, so one
  *   may allocate ahead of another's frees and hold more at once than the log ever had live (a training
- *   log whose second thread frees what the first allocates, say).
- *   `held_peak_bytes` is what the workers held at once, and `fragmentation` is taken over it, so that the
- *   ratio is the resource's and not the interleaving's.
+ *   log whose second thread frees what the first allocates, say). `held_peak_bytes` is what the workers
+ *   held at once, and `fragmentation` is taken over it, so that the ratio is the resource's and not the
+ *   interleaving's.
  * - ns_per_op is the wall time of the concurrent timed loop (from the workers' release to the last one's
  *   finish, summed over the batches) / operations: "wall ns per op", which falls as workers run in
  *   parallel and includes the time a worker waits for another and the barrier at each batch's end.
