@@ -28,7 +28,7 @@
 #   --all         every flag above
 #   --quick       with --bench: 3 repetitions instead of 5 (sized for one call of a time-limited GPU machine)
 #   --only LIST   with --bench: only these runs of scripts/bench.sh (alloc,adaptors,transfer,plain,vmm,
-#                 cli_bench,replay,replay_warm,python,ipc), so that the benchmarks can be split over calls; performance_page.py
+#                 cli_bench,replay,replay_warm,replay_threads,python,ipc), so that the benchmarks can be split over calls; performance_page.py
 #                 merges the bench.json files of several calls
 #   --out DIR     where the logs, bench.json and summary.txt go (default: $OUT, else /tmp/gpumem-out); at most
 #                 8 files, flat names
