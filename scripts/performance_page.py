@@ -408,24 +408,40 @@ def refused_allocations(run):
 
 
 def section_replay(runs, name="replay"):
+    """A replay run's table: each resource's ratio and ns/op per log. `replay_threads` (the logs of several
+    threads on as many workers) adds what vmm's workers held at once, the ratio's denominator there, and sets
+    vmm's ratio beside the same log's single-threaded one (the `replay` run)."""
     run = runs.get(name)
     if not run:
         return missing(name)
+    threaded = name == "replay_threads"
     reps = run["rows"][0].get("runs", 1)
-    timed = "the second replay of each instance, " if run["rows"][0].get("warm") else ""
-    out = source(run, f"ns/op: {timed}median of {reps} replays per resource, the resources taking turns; ratio: "
-                      "peak bytes taken from the device / peak live bytes")
+    if threaded:
+        note = (f"ns/op: wall time of the workers / operations, median of {reps} replays per resource, the resources "
+                "taking turns; ratio: peak bytes taken from the device / the most bytes the workers held at once")
+    else:
+        timed = "the second replay of each instance, " if run["rows"][0].get("warm") else ""
+        note = (f"ns/op: {timed}median of {reps} replays per resource, the resources taking turns; ratio: "
+                "peak bytes taken from the device / peak live bytes")
+    out = source(run, note)
     resources = distinct(run["rows"], "resource")
-    header = ["log", "peak live"]
+    single = {r["log"]: r for r in runs.get("replay", {}).get("rows", []) if r["resource"] == "vmm"} if threaded else {}
+    header = ["log", "peak live"] + (["held at once (`vmm`)"] if threaded else [])
     for x in resources:
         header += [f"`{x}` ratio", f"`{x}` ns/op"]
-    with_quotient = "vmm" in resources and "pool" in resources
+    with_quotient = not threaded and "vmm" in resources and "pool" in resources
     if with_quotient:
         header.append("vmm / pool")
+    with_single = "vmm" in resources and bool(single)
+    if with_single:
+        header += ["`vmm` ratio, one thread", "difference"]
     rows = []
     for log, rs in rows_by(run, "log").items():
         by = {r["resource"]: r for r in rs}
         row = [log_label(log), fmt_bytes(rs[0]["peak_live_bytes"])]
+        if threaded:
+            held = by.get("vmm", {}).get("held_peak_bytes")
+            row.append(fmt_bytes(held) if held else "–")
         for x in resources:
             r = by.get(x, {})
             ratio = r.get("ratio")
@@ -434,40 +450,8 @@ def section_replay(runs, name="replay"):
         if with_quotient:
             v, p = by["vmm"].get("ns_per_op"), by["pool"].get("ns_per_op")
             row.append(f"**{v / p:.2f}×**" if v and p else "–")
-        rows.append(row)
-    out += table(header, rows) + [""]
-    return out + refused_allocations(run) + csv_failures(run)
-
-
-def section_replay_threads(runs, name="replay_threads"):
-    """The logs of several threads replayed on as many workers: ratios over what the workers held at once,
-    beside the same log's single-threaded `vmm` ratio (the `replay` run)."""
-    run = runs.get(name)
-    if not run:
-        return missing(name)
-    reps = run["rows"][0].get("runs", 1)
-    out = source(run, f"ns/op: wall time of the workers / operations, median of {reps} replays per resource, the "
-                      "resources taking turns; ratio: peak bytes taken from the device / the most bytes the "
-                      "workers held at once")
-    resources = distinct(run["rows"], "resource")
-    single = {(r["log"], r["resource"]): r for r in runs.get("replay", {}).get("rows", [])}
-    header = ["log", "peak live", "held at once (`vmm`)"]
-    for x in resources:
-        header += [f"`{x}` ratio", f"`{x}` ns/op"]
-    with_single = "vmm" in resources and any(r["resource"] == "vmm" for r in single.values())
-    if with_single:
-        header += ["`vmm` ratio, one thread", "difference"]
-    rows = []
-    for log, rs in rows_by(run, "log").items():
-        by = {r["resource"]: r for r in rs}
-        held = by.get("vmm", {}).get("held_peak_bytes")
-        row = [log_label(log), fmt_bytes(rs[0]["peak_live_bytes"]), fmt_bytes(held) if held else "–"]
-        for x in resources:
-            r = by.get(x, {})
-            ratio = r.get("ratio")
-            row += [f"{ratio:.3f}" if ratio else "–", fmt(r.get("ns_per_op"))]
         if with_single:
-            one = single.get((log, "vmm"), {}).get("ratio")
+            one = single.get(log, {}).get("ratio")
             many = by.get("vmm", {}).get("ratio")
             row += [f"{one:.3f}" if one else "–", f"{many - one:+.3f}" if one and many else "–"]
         rows.append(row)
@@ -735,7 +719,7 @@ SECTIONS = {
     "cli_bench": section_cli_bench,
     "replay": section_replay,
     "replay_warm": lambda runs: section_replay(runs, "replay_warm"),
-    "replay_threads": section_replay_threads,
+    "replay_threads": lambda runs: section_replay(runs, "replay_threads"),
     "vmm_divisors": section_vmm_divisors,
     "vmm": section_vmm_driver,
     "transfer": section_transfer,
