@@ -46,6 +46,15 @@ except ValueError as error:
 """
 
 
+def _empty_variables_reach_children():
+    """Whether a variable set to the empty string reaches a child process. Under compute-sanitizer it does not:
+    the sanitizer drops empty variables from the environment of every process it runs."""
+    env = dict(os.environ, GPUMEM_PROBE_EMPTY="")
+    done = subprocess.run([sys.executable, "-c", "import os; print('GPUMEM_PROBE_EMPTY' in os.environ)"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    return done.stdout.strip() == "True"
+
+
 @pytest.mark.parametrize("visible, words", [
     ("1", ["device ordinal from 0 to 0"]),  # one emulated device by default
     ("", ["empty entry"]),
@@ -53,6 +62,8 @@ except ValueError as error:
     ("0,0", ["device 0 twice"]),
 ])
 def test_a_malformed_value_is_a_value_error_naming_the_variable_not_a_crash(visible, words):
+    if visible == "" and not _empty_variables_reach_children():
+        pytest.skip("empty environment variables do not reach child processes here (compute-sanitizer drops them)")
     done = _run(_FIRST_USE, GPUMEM_HOST_VISIBLE_DEVICES=visible)
     assert done.returncode == 0, done.stderr
     assert f'GPUMEM_HOST_VISIBLE_DEVICES="{visible}"' in done.stdout
