@@ -1,5 +1,5 @@
 // `gpumem replay LOG [LOG...] [--resource a,b] [--simulate] [--slab-mib N] [--mapping-mib N] [--mapping-divisor N]
-// [--repeat N] [--threads N] [--warm] [--csv]`:
+// [--repeat N] [--threads N] [--warm | --passes N] [--csv]`:
 // replays allocation logs against resources by name and prints one table per log (docs/formats.md). Each run
 // streams the log (a pipe or standard input is copied on its first pass when there are more runs). The
 // reading, the replay and the resources are the library's (replay/log_source.hpp, replay/replay.hpp,
@@ -47,11 +47,21 @@ struct replay_command {
   bool csv{false};
   std::size_t repeats{1};                                     // --repeat: runs per resource, interleaved
   std::size_t threads{1};                                     // --threads: replay_options::threads
-  bool warm{false};                                           // --warm: time a second replay on each resource
+  bool warm{false};                                           // --warm: --passes 2
+  std::size_t passes{1};                                      // --passes: replays per instance, the last timed
   std::size_t vmm_slab_mib{32};                               // --slab-mib: the vmm resource's slab size
   std::optional<std::size_t> vmm_max_mapping_mib{};           // --mapping-mib: its largest new mapping
   std::size_t vmm_mapping_divisor{registry::resource_options{}.vmm_mapping_divisor};  // --mapping-divisor: 1/N of the pool
 };
+
+/// The table header's note on the passes: none for one; the timed one among several.
+std::string passes_note(std::size_t passes)
+{
+  if (passes == 1) { return ""; }
+  if (passes == 2) { return "; warm: each resource timed on its second replay"; }
+  return "; each resource timed on replay " + std::to_string(passes) + " of " + std::to_string(passes) +
+         " on one instance, peaks over all";
+}
 
 /// The replay table's columns (the range column only for several runs; the workers and their waits only for
 /// a replay on several threads).
@@ -96,11 +106,12 @@ int run_replay(replay_command const& c, std::ostream& out)
   text_table const table = replay_table(c.repeats, c.threads);
   std::size_t const device_bytes = c.simulate ? 0 : current_device_memory_bytes();
   for (std::string const& path : c.logs) {
-    log_source source{path, c.resources.size() * c.repeats * (c.warm ? 2 : 1) > 1 ? log_passes::many : log_passes::one};
+    log_source source{path, c.resources.size() * c.repeats * c.passes > 1 ? log_passes::many : log_passes::one};
     // Every run on a fresh resource; the resources take turns (pool, vmm, pool, vmm, ...), so that a slow
     // spell of the host falls on all of them (docs/benchmarks.md: medians, ratios within one run). With
-    // --warm, each run first replays the log once on its resource, untimed, and the second replay is the one
-    // reported: the resource's steady state, without the memory it first takes from the device.
+    // --passes N (--warm: 2), each run first replays the log N - 1 times on its resource, untimed, and the
+    // last replay is the one reported: the resource's steady state, without the memory it first takes from
+    // the device; the peaks span every pass, so the ratio shows whether the same work needed more memory.
     std::vector<std::vector<replay_result>> runs(c.resources.size());
     std::vector<bool> upfront(c.resources.size(), false);
     for (std::size_t run = 0; run < c.repeats; ++run) {
@@ -113,17 +124,18 @@ int run_replay(replay_command const& c, std::ostream& out)
         std::string const label =
           source.name() + " on " + name + (c.repeats > 1 ? " (run " + std::to_string(run + 1) + ")" : "");
         std::size_t warm_up_held = 0;
-        if (c.warm) {
-          progress_bar warm_up{label + " (warm-up)"};
-          allocation_log_reader first = source.open();
-          warm_up_held = replay(first, r, {.progress = warm_up.callback(), .threads = c.threads}).held_peak_bytes;
+        for (std::size_t pass = 1; pass < c.passes; ++pass) {
+          progress_bar warm_up{label + " (untimed pass " + std::to_string(pass) + " of " + std::to_string(c.passes) + ")"};
+          allocation_log_reader untimed = source.open();
+          warm_up_held = std::max(
+            warm_up_held, replay(untimed, r, {.progress = warm_up.callback(), .threads = c.threads}).held_peak_bytes);
           warm_up.clear();
         }
         progress_bar progress{label};
         allocation_log_reader log = source.open();
         runs[i].push_back(replay(log, r, {.progress = progress.callback(), .threads = c.threads}));
         progress.clear();
-        if (warm_up_held > runs[i].back().held_peak_bytes) {  // the peak upstream spans both replays: so does this
+        if (warm_up_held > runs[i].back().held_peak_bytes) {  // the peak upstream spans every pass: so does this
           replay_result& timed = runs[i].back();
           timed.held_peak_bytes = warm_up_held;
           if (timed.peak_upstream_bytes) {
@@ -149,7 +161,7 @@ int run_replay(replay_command const& c, std::ostream& out)
           << compact_bytes(any.peak_live_bytes) << (c.simulate ? "; simulated upstream" : "")
           << (c.repeats > 1 ? "; ns/op: median of " + std::to_string(c.repeats) + " runs, taking turns" : "")
           << (c.threads != 1 ? "; its threads replayed concurrently, ns/op: wall time / ops" : "")
-          << (c.warm ? "; warm: each resource timed on its second replay" : "") << ")\n";
+          << passes_note(c.passes) << ")\n";
     }
     if (!c.csv) { out << table.header(); }
     bool any_upfront = false;
@@ -165,7 +177,7 @@ int run_replay(replay_command const& c, std::ostream& out)
             << std::setprecision(4) << result.fragmentation.value_or(0.0) << ',' << result.failures << ','
             << result.unknown_frees << ',' << result.log_failures << ',' << result.log_failures_reproduced << ','
             << (upfront[i] ? 1 : 0) << ',' << c.repeats << ',' << std::setprecision(1) << t.min << ',' << t.max
-            << ',' << result.threads << ',' << result.cross_thread_waits << ',' << (c.warm ? 1 : 0) << ','
+            << ',' << result.threads << ',' << result.cross_thread_waits << ',' << (c.passes - 1) << ','
             << result.held_peak_bytes << '\n';
       } else {
         std::string const ratio = result.fragmentation
@@ -221,7 +233,13 @@ command add_replay(CLI::App& gpumem)
                          "needs an integer in [0, " + std::to_string(max_replay_threads) + "]"));
   parser->add_flag("--warm", c->warm,
                    "replay each log once on each resource untimed, then time a second replay on the same resource "
-                   "(the steady state, without the first growth); ratio: the peak over both");
+                   "(the steady state, without the first growth); ratio: the peak over both (--passes 2)");
+  CLI::Option* const passes =
+    parser->add_option("--passes", c->passes,
+                 "replay each log N times on each resource instance, timing the last; ratio: the peak over all N "
+                 "(default 1)")
+    ->type_name("N")
+    ->check(whole_number(1, 1000, "needs an integer in [1, 1000]"));
   parser->add_flag("--csv", c->csv, "print CSV instead of a table (docs/formats.md)");
   std::string const mib_requirement = "takes a whole number of MiB from 1 to " + std::to_string(max_mib);
   parser->add_option("--slab-mib", c->vmm_slab_mib, "the vmm pool's slab size in MiB (default 32)")
@@ -237,7 +255,13 @@ command add_replay(CLI::App& gpumem)
                    std::to_string(c->vmm_mapping_divisor) + "; 0: pieces of --mapping-mib)")
     ->type_name("N")
     ->check(whole_number(0, 1000, "needs an integer in [0, 1000]"));
-  parser->parse_complete_callback([c, resource] { c->resources = selected_resources(*resource, c->simulate); });
+  parser->parse_complete_callback([c, resource, passes] {
+    c->resources = selected_resources(*resource, c->simulate);
+    if (c->warm) {
+      if (passes->count() > 0) { throw CLI::ValidationError("--passes", "give --warm or --passes, not both (--warm is --passes 2)"); }
+      c->passes = 2;
+    }
+  });
   return {parser, [c](std::string const&, std::ostream& out) { return run_replay(*c, out); }};
 }
 
