@@ -12,6 +12,15 @@ PROGRAM is one of:
   unet_train    a convolutional U-Net trained under bf16 autocast with batch sizes and image sizes drawn at
                 random every step
 
+Three more programs, whose logs are held out (data/held_out/): no default was chosen on them.
+  moe_train     a decoder (8 layers, d=768) whose feed-forward layers are mixtures of eight experts, each token
+                going to its top two, trained with AdamW under bf16 autocast: every expert sees a data-dependent
+                number of tokens at every step
+  vit_train     a Vision Transformer (patches of 16 pixels, 12 layers, d=768) trained with AdamW under bf16
+                autocast on images whose batch size and side are drawn at random every step
+  llm_beam      beam search (four beams; 8 layers, d=1536, bf16 weights) over a key/value cache allocated per
+                request for its longest sequence and reordered by index_select, a new copy, at every token
+
 Every program is seeded (seed 0, or --seed), so the allocation sequence is the same under both allocators up to
 the rounding PyTorch's own allocator applies to sizes. Another seed draws other batch sizes, sequence lengths
 and image sizes: a run of the same program that the logs of data/logs/ (seed 0) do not contain.
@@ -175,7 +184,206 @@ def unet_train(torch, steps, seed):
     del model, opt
 
 
-PROGRAMS = {"gpt_train": (gpt_train, 40), "llm_generate": (llm_generate, 16), "unet_train": (unet_train, 40)}
+def moe_train(torch, steps, seed):
+    nn = torch.nn
+    F = torch.nn.functional
+    vocab, max_seq, d, layers, heads, experts, hidden = 32000, 1024, 768, 8, 12, 8, 2048
+
+    class MoE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(d, experts, bias=False)
+            self.up = nn.ModuleList(nn.Linear(d, hidden) for _ in range(experts))
+            self.down = nn.ModuleList(nn.Linear(hidden, d) for _ in range(experts))
+
+        def forward(self, x):
+            flat = x.reshape(-1, d)
+            weights, chosen = torch.topk(self.gate(flat).float().softmax(-1), 2, dim=-1)
+            weights = weights / weights.sum(-1, keepdim=True)
+            out = torch.zeros(flat.shape, device=flat.device, dtype=torch.float32)
+            for e in range(experts):
+                rows, slot = torch.nonzero(chosen == e, as_tuple=True)
+                if rows.numel() == 0:
+                    continue
+                y = self.down[e](F.gelu(self.up[e](flat[rows])))
+                out = out.index_add(0, rows, y.float() * weights[rows, slot].unsqueeze(-1))
+            return out.view(x.shape)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(d)
+            self.qkv = nn.Linear(d, 3 * d)
+            self.proj = nn.Linear(d, d)
+            self.ln2 = nn.LayerNorm(d)
+            self.moe = MoE()
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+            return x + self.moe(self.ln2(x))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d)
+            self.pos = nn.Embedding(max_seq, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln = nn.LayerNorm(d)
+            self.head = nn.Linear(d, vocab, bias=False)
+
+        def forward(self, idx):
+            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln(x))
+
+    model = Model().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(seed)
+    for _ in range(steps):
+        batch = rng.choice([4, 8, 12, 16])
+        seq = rng.choice([128, 256, 512, 768, 1024])
+        idx = torch.randint(0, vocab, (batch, seq + 1), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(idx[:, :-1])
+            loss = F.cross_entropy(logits.float().view(-1, vocab), idx[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+    del model, opt
+
+
+def vit_train(torch, steps, seed):
+    nn = torch.nn
+    F = torch.nn.functional
+    d, layers, heads, patch, classes, largest = 768, 12, 12, 16, 1000, 512
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(d)
+            self.qkv = nn.Linear(d, 3 * d)
+            self.proj = nn.Linear(d, d)
+            self.ln2 = nn.LayerNorm(d)
+            self.fc1 = nn.Linear(d, 4 * d)
+            self.fc2 = nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
+            y = F.scaled_dot_product_attention(q, k, v)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class ViT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Conv2d(3, d, patch, stride=patch)
+            self.cls = nn.Parameter(torch.zeros(1, 1, d))
+            self.pos = nn.Parameter(torch.zeros(1, (largest // patch) ** 2 + 1, d))
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln = nn.LayerNorm(d)
+            self.head = nn.Linear(d, classes)
+
+        def forward(self, x):
+            x = self.embed(x).flatten(2).transpose(1, 2)
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)
+            x = x + self.pos[:, : x.shape[1]]
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln(x[:, 0]))
+
+    model = ViT().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rng = random.Random(seed)
+    for _ in range(steps):
+        batch = rng.choice([16, 32, 48, 64])
+        side = rng.choice([160, 224, 288, 352, 416, 480])
+        x = torch.randn(batch, 3, side, side, device="cuda")
+        labels = torch.randint(0, classes, (batch,), device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = F.cross_entropy(model(x).float(), labels)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+    del model, opt
+
+
+def llm_beam(torch, steps, seed):
+    nn = torch.nn
+    F = torch.nn.functional
+    vocab, max_seq, d, layers, heads, beams = 32000, 1024, 1536, 8, 12, 4
+    hd = d // heads
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(d)
+            self.qkv = nn.Linear(d, 3 * d)
+            self.proj = nn.Linear(d, d)
+            self.ln2 = nn.LayerNorm(d)
+            self.fc1 = nn.Linear(d, 4 * d)
+            self.fc2 = nn.Linear(4 * d, d)
+
+        def forward(self, x, cache, start):  # cache: [2, rows, heads, longest, hd], written in place
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, hd).permute(2, 0, 3, 1, 4)
+            cache[0, :, :, start:start + t] = k
+            cache[1, :, :, start:start + t] = v
+            y = F.scaled_dot_product_attention(q, cache[0, :, :, :start + t], cache[1, :, :, :start + t],
+                                               is_causal=t > 1)
+            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok = nn.Embedding(vocab, d)
+            self.pos = nn.Embedding(max_seq, d)
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.ln = nn.LayerNorm(d)
+            self.head = nn.Linear(d, vocab, bias=False)
+
+        def forward(self, idx, cache, start):
+            x = self.tok(idx) + self.pos(torch.arange(start, start + idx.shape[1], device=idx.device))
+            for i, block in enumerate(self.blocks):
+                x = block(x, cache[i], start)
+            return self.head(self.ln(x))
+
+    model = Model().cuda().to(torch.bfloat16).eval()
+    rng = random.Random(seed)
+    with torch.no_grad():
+        for _ in range(steps):  # one request (a batch of prompts, four beams each) per step
+            batch = rng.choice([1, 2, 4, 8])
+            prompt = rng.randint(32, 512)
+            new_tokens = rng.randint(16, 96)
+            rows = batch * beams
+            cache = torch.empty(layers, 2, rows, heads, prompt + new_tokens, hd, device="cuda", dtype=torch.bfloat16)
+            out = torch.randint(0, vocab, (batch, prompt), device="cuda").repeat_interleave(beams, dim=0)
+            logits = model(out, cache, 0)
+            scores = torch.zeros(batch, beams, device="cuda")
+            scores[:, 1:] = -1e9  # the beams start as copies of one prompt: keep one of them
+            first_row = (torch.arange(batch, device="cuda") * beams).unsqueeze(1)
+            for i in range(new_tokens):
+                logp = logits[:, -1].float().log_softmax(-1).view(batch, beams, vocab)
+                scores, best = (scores.unsqueeze(-1) + logp).view(batch, beams * vocab).topk(beams, dim=-1)
+                origin = (best // vocab + first_row).view(rows)
+                token = (best % vocab).view(rows, 1)
+                cache = cache.index_select(2, origin)  # each beam's history, reordered: a new cache
+                out = torch.cat([out.index_select(0, origin), token], dim=1)
+                logits = model(token, cache, prompt + i)
+            out.cpu()
+            del cache, logits, out
+    del model
+
+
+PROGRAMS = {"gpt_train": (gpt_train, 40), "llm_generate": (llm_generate, 16), "unet_train": (unet_train, 40),
+            "moe_train": (moe_train, 30), "vit_train": (vit_train, 30), "llm_beam": (llm_beam, 16)}
 
 
 def main(argv=None):
