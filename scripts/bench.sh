@@ -21,7 +21,7 @@
 #   -- ARGS       passed to every Google Benchmark executable (e.g. --benchmark_filter=^fixed)
 #
 # Environment: GPUMEM_BACKEND=host|cuda forces a backend; GPUMEM_BENCH_LOGS: the logs `gpumem replay` replays
-# (default: the four PyTorch logs and the Thrust pipeline's log in data/logs, then the three held-out logs of
+# (default: the four PyTorch logs and the Thrust pipeline's log in data/logs, then the six held-out logs of
 # data/held_out); GPUMEM_JOBS: build parallelism.
 #
 # Each run's output is checked and added to bench.json by scripts/bench_record.py, with the command that
@@ -80,7 +80,8 @@ else
   logs=(data/logs/pytorch_resnet50_train.csv.gz data/logs/pytorch_gpt_train.csv.gz
         data/logs/pytorch_unet_train.csv.gz data/logs/pytorch_llm_generate.csv.gz data/logs/thrust_pipeline.csv.gz
         data/held_out/pytorch_gpt_train_seed1.csv.gz data/held_out/pytorch_unet_train_seed1.csv.gz
-        data/held_out/pytorch_llm_generate_seed1.csv.gz)
+        data/held_out/pytorch_llm_generate_seed1.csv.gz data/held_out/pytorch_moe_train.csv.gz
+        data/held_out/pytorch_vit_train.csv.gz data/held_out/pytorch_llm_beam.csv.gz)
 fi
 
 say() { printf '\n==== %s\n' "$*" | tee -a "$log"; }
