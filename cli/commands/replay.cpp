@@ -125,7 +125,8 @@ int run_replay(replay_command const& c, std::ostream& out)
           source.name() + " on " + name + (c.repeats > 1 ? " (run " + std::to_string(run + 1) + ")" : "");
         std::size_t warm_up_held = 0;
         for (std::size_t pass = 1; pass < c.passes; ++pass) {
-          progress_bar warm_up{label + " (untimed pass " + std::to_string(pass) + " of " + std::to_string(c.passes) + ")"};
+          progress_bar warm_up{label + " (untimed pass " + std::to_string(pass) + " of " + std::to_string(c.passes) +
+                               ")"};
           allocation_log_reader untimed = source.open();
           warm_up_held = std::max(
             warm_up_held, replay(untimed, r, {.progress = warm_up.callback(), .threads = c.threads}).held_peak_bytes);
@@ -235,11 +236,12 @@ command add_replay(CLI::App& gpumem)
                    "replay each log once on each resource untimed, then time a second replay on the same resource "
                    "(the steady state, without the first growth); ratio: the peak over both (--passes 2)");
   CLI::Option* const passes =
-    parser->add_option("--passes", c->passes,
-                 "replay each log N times on each resource instance, timing the last; ratio: the peak over all N "
-                 "(default 1)")
-    ->type_name("N")
-    ->check(whole_number(1, 1000, "needs an integer in [1, 1000]"));
+    parser
+      ->add_option("--passes", c->passes,
+                   "replay each log N times on each resource instance, timing the last; ratio: the peak over all N "
+                   "(default 1)")
+      ->type_name("N")
+      ->check(whole_number(1, 1000, "needs an integer in [1, 1000]"));
   parser->add_flag("--csv", c->csv, "print CSV instead of a table (docs/formats.md)");
   std::string const mib_requirement = "takes a whole number of MiB from 1 to " + std::to_string(max_mib);
   parser->add_option("--slab-mib", c->vmm_slab_mib, "the vmm pool's slab size in MiB (default 32)")
@@ -258,7 +260,9 @@ command add_replay(CLI::App& gpumem)
   parser->parse_complete_callback([c, resource, passes] {
     c->resources = selected_resources(*resource, c->simulate);
     if (c->warm) {
-      if (passes->count() > 0) { throw CLI::ValidationError("--passes", "give --warm or --passes, not both (--warm is --passes 2)"); }
+      if (passes->count() > 0) {
+        throw CLI::ValidationError("--passes", "give --warm or --passes, not both (--warm is --passes 2)");
+      }
       c->passes = 2;
     }
   });
