@@ -4,7 +4,9 @@
 # gpumem's pluggable allocator with the logging adaptor (writes $OUT/<program>.csv.gz) and once on PyTorch's
 # own caching allocator (its peaks). One JSON line per run goes to $OUT/programs.jsonl.
 #
-#   bash scripts/record_pytorch_logs.sh [program...]     (default: all three)
+#   bash scripts/record_pytorch_logs.sh [program...]     (default: the three of data/logs/; the held-out
+#                                                         programs of data/held_out/ are named:
+#                                                         moe_train vit_train llm_beam)
 #   SEED=1 bash scripts/record_pytorch_logs.sh           (other random choices: logs <program>_seed1.csv.gz, runs
 #                                                         that data/logs/, recorded with seed 0, does not hold)
 set -uo pipefail
