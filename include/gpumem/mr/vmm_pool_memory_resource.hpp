@@ -160,9 +160,11 @@ struct vmm_pool_options {
   /// N > 0 (the default, 64): a new piece covers up to 1/N of the physical memory the pool holds when it
   /// grows, or 1/max_pieces_per_growth of the growth when that is more (at least one slab; at most
   /// max_mapping_size, when that is set). A large pool then grows in fewer driver calls, what one whole piece
-  /// pins stays a small share of the pool (on the PyTorch logs 64 kept every ratio under 1.05 with 13-31 %
-  /// fewer pieces: docs/PERFORMANCE.md), and a large request to a small pool makes a bounded number of
-  /// pieces. 0: pieces of max_mapping_size (one slab by default).
+  /// pins stays a small share of the pool (on the PyTorch logs of data/logs 64 kept every ratio under 1.05
+  /// with 13-31 % fewer pieces: docs/PERFORMANCE.md), and a large request to a small pool makes a bounded
+  /// number of pieces. The price is the holes a large piece keeps: a program whose block sizes change with
+  /// its data holds more (docs/vmm_pool.md, "Programs of other kinds"), and small slabs with 0 hold less at
+  /// a driver call per piece. 0: pieces of max_mapping_size (one slab by default).
   std::size_t mapping_divisor{64};
   /// Bytes of virtual address space to reserve (at least one slab; rounded up to slabs); none: four times
   /// the device's total memory.
