@@ -41,9 +41,11 @@ import sys
 import time
 
 
-def gpt(torch, vocab, d, layers, heads, max_seq):
-    """A GPT-style decoder; forward(idx, caches=None, start=0), caches a list of one dict per block (the KV cache,
-    grown by torch.cat). Also the model of benchmarks/python/torch_programs.py."""
+def block(torch, d, heads, causal=True, mlp=None):
+    """A pre-norm transformer block: self-attention (causal or not), then `mlp()`, a module from d to d (default:
+    two linear layers through 4d with GELU). forward(x, cache=None, start=0), where cache is None, a dict (the
+    key/value cache, grown by torch.cat) or a tensor [2, rows, heads, longest, d // heads] written in place from
+    position `start`; with a cache, one new token attends to everything before it."""
     nn = torch.nn
     F = torch.nn.functional
 
@@ -54,59 +56,90 @@ def gpt(torch, vocab, d, layers, heads, max_seq):
             self.qkv = nn.Linear(d, 3 * d)
             self.proj = nn.Linear(d, d)
             self.ln2 = nn.LayerNorm(d)
-            self.fc1 = nn.Linear(d, 4 * d)
-            self.fc2 = nn.Linear(4 * d, d)
+            if mlp is not None:
+                self.mlp = mlp()
+            else:
+                self.fc1 = nn.Linear(d, 4 * d)
+                self.fc2 = nn.Linear(4 * d, d)
 
-        def forward(self, x, cache=None):
+        def forward(self, x, cache=None, start=0):
             b, t, _ = x.shape
             q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
-            causal = True
-            if cache is not None:
+            is_causal = causal
+            if isinstance(cache, dict):
                 if "k" in cache:
                     k = torch.cat([cache["k"], k], dim=2)
                     v = torch.cat([cache["v"], v], dim=2)
-                    causal = False  # one new token attends to everything before it
+                    is_causal = False
                 cache["k"], cache["v"] = k, v
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            elif cache is not None:
+                cache[0, :, :, start:start + t] = k
+                cache[1, :, :, start:start + t] = v
+                k, v = cache[0, :, :, :start + t], cache[1, :, :, :start + t]
+                is_causal = t > 1
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
             x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+            if mlp is not None:
+                return x + self.mlp(self.ln2(x))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))  # each temporary freed as soon as it is used
+
+    return Block()
+
+
+def gpt(torch, vocab, d, layers, heads, max_seq, mlp=None):
+    """A GPT-style decoder of causal blocks (block(), with `mlp`); forward(idx, caches=None, start=0), caches
+    one cache per block as block() takes them (a list of dicts, or a tensor [layers, 2, ...]). Also the model
+    of benchmarks/python/torch_programs.py."""
+    nn = torch.nn
 
     class GPT(nn.Module):
         def __init__(self):
             super().__init__()
             self.tok = nn.Embedding(vocab, d)
             self.pos = nn.Embedding(max_seq, d)
-            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.blocks = nn.ModuleList(block(torch, d, heads, mlp=mlp) for _ in range(layers))
             self.ln = nn.LayerNorm(d)
             self.head = nn.Linear(d, vocab, bias=False)
 
         def forward(self, idx, caches=None, start=0):
             t = idx.shape[1]
             x = self.tok(idx) + self.pos(torch.arange(start, start + t, device=idx.device))
-            for i, block in enumerate(self.blocks):
-                x = block(x, None if caches is None else caches[i])
+            for i, layer in enumerate(self.blocks):
+                x = layer(x, None if caches is None else caches[i], start)
             return self.head(self.ln(x))
 
     return GPT()
 
 
-def gpt_train(torch, steps, seed):
-    vocab, max_seq = 32000, 1024
-    model = gpt(torch, vocab, d=1024, layers=12, heads=16, max_seq=max_seq).cuda()
+def optimize(opt, loss):
+    """One optimizer step on `loss`, waiting for it (as a training loop that logs its loss does)."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    loss.item()
+
+
+def train_language_model(torch, make_model, vocab, steps, seed, batches, lengths):
+    """Trains make_model() (a gpt()) with AdamW under bf16 autocast on random tokens, a batch size and a sequence
+    length drawn from `batches` and `lengths` at every step."""
+    model = make_model().cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rng = random.Random(seed)
     for _ in range(steps):
-        batch = rng.choice([4, 8, 16])
-        seq = rng.choice([128, 256, 384, 512, 768, 1024])
+        batch = rng.choice(batches)
+        seq = rng.choice(lengths)
         idx = torch.randint(0, vocab, (batch, seq + 1), device="cuda")
         with torch.autocast("cuda", dtype=torch.bfloat16):
             logits = model(idx[:, :-1])
             loss = torch.nn.functional.cross_entropy(logits.float().view(-1, vocab), idx[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss.item()
+        optimize(opt, loss)
     del model, opt
+
+
+def gpt_train(torch, steps, seed):
+    vocab = 32000
+    train_language_model(torch, lambda: gpt(torch, vocab, d=1024, layers=12, heads=16, max_seq=1024), vocab, steps,
+                         seed, batches=[4, 8, 16], lengths=[128, 256, 384, 512, 768, 1024])
 
 
 def llm_generate(torch, steps, seed):
@@ -177,17 +210,14 @@ def unet_train(torch, steps, seed):
         target = torch.rand(batch, 1, size, size, device="cuda")
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = nn.functional.binary_cross_entropy_with_logits(model(x).float(), target)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss.item()
+        optimize(opt, loss)
     del model, opt
 
 
 def moe_train(torch, steps, seed):
     nn = torch.nn
     F = torch.nn.functional
-    vocab, max_seq, d, layers, heads, experts, hidden = 32000, 1024, 768, 8, 12, 8, 2048
+    vocab, d, experts, hidden = 32000, 768, 8, 2048
 
     class MoE(nn.Module):
         def __init__(self):
@@ -209,52 +239,8 @@ def moe_train(torch, steps, seed):
                 out = out.index_add(0, rows, y.float() * weights[rows, slot].unsqueeze(-1))
             return out.view(x.shape)
 
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1 = nn.LayerNorm(d)
-            self.qkv = nn.Linear(d, 3 * d)
-            self.proj = nn.Linear(d, d)
-            self.ln2 = nn.LayerNorm(d)
-            self.moe = MoE()
-
-        def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-            return x + self.moe(self.ln2(x))
-
-    class Model(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok = nn.Embedding(vocab, d)
-            self.pos = nn.Embedding(max_seq, d)
-            self.blocks = nn.ModuleList(Block() for _ in range(layers))
-            self.ln = nn.LayerNorm(d)
-            self.head = nn.Linear(d, vocab, bias=False)
-
-        def forward(self, idx):
-            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-            for block in self.blocks:
-                x = block(x)
-            return self.head(self.ln(x))
-
-    model = Model().cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    rng = random.Random(seed)
-    for _ in range(steps):
-        batch = rng.choice([4, 8, 12, 16])
-        seq = rng.choice([128, 256, 512, 768, 1024])
-        idx = torch.randint(0, vocab, (batch, seq + 1), device="cuda")
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            logits = model(idx[:, :-1])
-            loss = F.cross_entropy(logits.float().view(-1, vocab), idx[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss.item()
-    del model, opt
+    train_language_model(torch, lambda: gpt(torch, vocab, d=d, layers=8, heads=12, max_seq=1024, mlp=MoE), vocab,
+                         steps, seed, batches=[4, 8, 12, 16], lengths=[128, 256, 512, 768, 1024])
 
 
 def vit_train(torch, steps, seed):
@@ -262,30 +248,13 @@ def vit_train(torch, steps, seed):
     F = torch.nn.functional
     d, layers, heads, patch, classes, largest = 768, 12, 12, 16, 1000, 512
 
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1 = nn.LayerNorm(d)
-            self.qkv = nn.Linear(d, 3 * d)
-            self.proj = nn.Linear(d, d)
-            self.ln2 = nn.LayerNorm(d)
-            self.fc1 = nn.Linear(d, 4 * d)
-            self.fc2 = nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, d // heads).permute(2, 0, 3, 1, 4)
-            y = F.scaled_dot_product_attention(q, k, v)
-            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
     class ViT(nn.Module):
         def __init__(self):
             super().__init__()
             self.embed = nn.Conv2d(3, d, patch, stride=patch)
             self.cls = nn.Parameter(torch.zeros(1, 1, d))
             self.pos = nn.Parameter(torch.zeros(1, (largest // patch) ** 2 + 1, d))
-            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.blocks = nn.ModuleList(block(torch, d, heads, causal=False) for _ in range(layers))
             self.ln = nn.LayerNorm(d)
             self.head = nn.Linear(d, classes)
 
@@ -293,8 +262,8 @@ def vit_train(torch, steps, seed):
             x = self.embed(x).flatten(2).transpose(1, 2)
             x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)
             x = x + self.pos[:, : x.shape[1]]
-            for block in self.blocks:
-                x = block(x)
+            for layer in self.blocks:
+                x = layer(x)
             return self.head(self.ln(x[:, 0]))
 
     model = ViT().cuda()
@@ -307,55 +276,13 @@ def vit_train(torch, steps, seed):
         labels = torch.randint(0, classes, (batch,), device="cuda")
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = F.cross_entropy(model(x).float(), labels)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss.item()
+        optimize(opt, loss)
     del model, opt
 
 
 def llm_beam(torch, steps, seed):
-    nn = torch.nn
-    F = torch.nn.functional
-    vocab, max_seq, d, layers, heads, beams = 32000, 1024, 1536, 8, 12, 4
-    hd = d // heads
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.ln1 = nn.LayerNorm(d)
-            self.qkv = nn.Linear(d, 3 * d)
-            self.proj = nn.Linear(d, d)
-            self.ln2 = nn.LayerNorm(d)
-            self.fc1 = nn.Linear(d, 4 * d)
-            self.fc2 = nn.Linear(4 * d, d)
-
-        def forward(self, x, cache, start):  # cache: [2, rows, heads, longest, hd], written in place
-            b, t, _ = x.shape
-            q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, heads, hd).permute(2, 0, 3, 1, 4)
-            cache[0, :, :, start:start + t] = k
-            cache[1, :, :, start:start + t] = v
-            y = F.scaled_dot_product_attention(q, cache[0, :, :, :start + t], cache[1, :, :, :start + t],
-                                               is_causal=t > 1)
-            x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
-            return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
-
-    class Model(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.tok = nn.Embedding(vocab, d)
-            self.pos = nn.Embedding(max_seq, d)
-            self.blocks = nn.ModuleList(Block() for _ in range(layers))
-            self.ln = nn.LayerNorm(d)
-            self.head = nn.Linear(d, vocab, bias=False)
-
-        def forward(self, idx, cache, start):
-            x = self.tok(idx) + self.pos(torch.arange(start, start + idx.shape[1], device=idx.device))
-            for i, block in enumerate(self.blocks):
-                x = block(x, cache[i], start)
-            return self.head(self.ln(x))
-
-    model = Model().cuda().to(torch.bfloat16).eval()
+    vocab, d, layers, heads, beams = 32000, 1536, 8, 12, 4
+    model = gpt(torch, vocab, d=d, layers=layers, heads=heads, max_seq=1024).cuda().to(torch.bfloat16).eval()
     rng = random.Random(seed)
     with torch.no_grad():
         for _ in range(steps):  # one request (a batch of prompts, four beams each) per step
@@ -363,7 +290,8 @@ def llm_beam(torch, steps, seed):
             prompt = rng.randint(32, 512)
             new_tokens = rng.randint(16, 96)
             rows = batch * beams
-            cache = torch.empty(layers, 2, rows, heads, prompt + new_tokens, hd, device="cuda", dtype=torch.bfloat16)
+            cache = torch.empty(layers, 2, rows, heads, prompt + new_tokens, d // heads, device="cuda",
+                                dtype=torch.bfloat16)
             out = torch.randint(0, vocab, (batch, prompt), device="cuda").repeat_interleave(beams, dim=0)
             logits = model(out, cache, 0)
             scores = torch.zeros(batch, beams, device="cuda")
