@@ -142,7 +142,7 @@ vmm_pool_memory_resource::~vmm_pool_memory_resource()
   provider_->unreserve(reservation_, reservation_size_);
 }
 
-unsigned vmm_pool_memory_resource::find_slot(cudaStream_t stream) const noexcept
+unsigned vmm_pool_memory_resource::find_slot_scan(cudaStream_t stream) const noexcept
 {
   std::uint64_t const thread = is_per_thread_default(stream) ? detail::this_thread_token() : 0;
   auto const is_its = [&](unsigned i) GPUMEM_REQUIRES(mutex_) {
@@ -377,7 +377,7 @@ std::uint32_t vmm_pool_memory_resource::run_op(combined_op& op, bool own) noexce
   return combined_op::done;
 }
 
-void vmm_pool_memory_resource::run_published() noexcept
+void vmm_pool_memory_resource::run_published_ops() noexcept
 {
   // Passes over the slots, so that the operations threads publish while this holder runs others' are run on
   // this core too, until a pass finds none or the budget is spent (it bounds how long the holder's own call

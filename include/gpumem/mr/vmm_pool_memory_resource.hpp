@@ -383,8 +383,13 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// Runs `op` (own: the calling thread's, so it may make driver calls; else it declines the frees that need
   /// them). @return combined_op::done or combined_op::declined. Lock held.
   std::uint32_t run_op(combined_op& op, bool own) noexcept GPUMEM_REQUIRES(mutex_);
-  /// Runs every published operation of other threads once. Lock held.
-  void run_published() noexcept GPUMEM_REQUIRES(mutex_);
+  /// Runs every published operation of other threads once (an atomic load when there is none: after every
+  /// call that holds the mutex). Lock held.
+  void run_published() noexcept GPUMEM_REQUIRES(mutex_)
+  {
+    if (combined_waiting_.load(std::memory_order_acquire) != 0) { run_published_ops(); }
+  }
+  void run_published_ops() noexcept GPUMEM_REQUIRES(mutex_);
   /// Frees a small block into its page, and a page that empties into the heap. Lock held.
   /// @throws gpumem::logic_error for a double free or an address that is no block's (nothing changes).
   void free_into_page(std::uintptr_t address, std::uint64_t mask) GPUMEM_REQUIRES(mutex_);
@@ -411,8 +416,18 @@ class GPUMEM_EXPORT vmm_pool_memory_resource final : public device_memory_resour
   /// What find_slot and slot_of return for no slot.
   static constexpr unsigned no_slot = 64;
   /// The slot of `stream` if it has one (never creates one), else no_slot. The slot found last is tried
-  /// first: O(1) when one stream makes the calls in a row, else a scan of the slots. Lock held.
-  [[nodiscard]] unsigned find_slot(cudaStream_t stream) const noexcept GPUMEM_REQUIRES(mutex_);
+  /// first, inline: O(1) when one stream makes the calls in a row, else a scan of the slots. Lock held.
+  [[nodiscard]] unsigned find_slot(cudaStream_t stream) const noexcept GPUMEM_REQUIRES(mutex_)
+  {
+    if (stream != cudaStreamPerThread && last_slot_ < slots_.size()) {  // that one is named by its thread too
+      stream_slot const& last = slots_[last_slot_];
+      if (last.in_use && last.stream == stream && last.thread == 0) { return last_slot_; }
+    }
+    return find_slot_scan(stream);
+  }
+  /// find_slot past its inline test: the slot found last again (for the per-thread default stream), else a
+  /// scan of every slot, which remembers the slot it finds. Lock held.
+  [[nodiscard]] unsigned find_slot_scan(cudaStream_t stream) const noexcept GPUMEM_REQUIRES(mutex_);
   /// The slot of `stream` (created on first use), or no_slot when all 63 are taken. Lock held.
   [[nodiscard]] unsigned slot_of(cudaStream_t stream) GPUMEM_REQUIRES(mutex_);
   /// The event of slot `i`, recorded first if frees were made on its stream since its latest record. Lock held.

@@ -83,19 +83,6 @@ std::size_t small_pages::class_index(std::size_t block_size) const noexcept
   return per_doubling - 1 + (k - k0) * per_doubling + j;
 }
 
-std::size_t small_pages::class_of(std::size_t bytes) const noexcept
-{
-  // On every allocation and free: masks and shifts, no division (the alignment and classes_per_doubling are
-  // powers of two, checked at construction).
-  std::size_t const a = options_.alignment;
-  auto const shift = std::countr_zero(options_.classes_per_doubling);  // log2 of it
-  std::size_t const rounded = (bytes + a - 1) & ~(a - 1);
-  // Below alignment * classes_per_doubling every multiple of the alignment is a class of its own.
-  if (rounded <= a << shift) { return rounded; }
-  std::size_t const step = std::bit_floor(rounded) >> shift;  // a power of two and a multiple of a
-  return (rounded + step - 1) & ~(step - 1);
-}
-
 std::size_t small_pages::whole_page(std::size_t block_size, std::size_t target) const noexcept
 {
   std::size_t const wanted = std::max(target, options_.min_blocks_per_page * block_size);

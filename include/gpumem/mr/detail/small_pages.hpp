@@ -50,6 +50,7 @@
 
 #include <gpumem/export.hpp>
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -94,7 +95,18 @@ class GPUMEM_EXPORT small_pages {
   /** @return whether requests of `bytes` are served from pages (0 < bytes <= small_limit). */
   [[nodiscard]] bool serves(std::size_t bytes) const noexcept { return bytes > 0 && bytes <= options_.small_limit; }
   /** @return the block size that serves `bytes` (a multiple of the alignment, at least `bytes`). @pre serves(bytes) */
-  [[nodiscard]] std::size_t class_of(std::size_t bytes) const noexcept;
+  [[nodiscard]] std::size_t class_of(std::size_t bytes) const noexcept
+  {
+    // On every allocation and free, inline: masks and shifts, no division (the alignment and
+    // classes_per_doubling are powers of two, checked at construction).
+    std::size_t const a = options_.alignment;
+    auto const shift = std::countr_zero(options_.classes_per_doubling);  // log2 of it
+    std::size_t const rounded = (bytes + a - 1) & ~(a - 1);
+    // Below alignment * classes_per_doubling every multiple of the alignment is a class of its own.
+    if (rounded <= a << shift) { return rounded; }
+    std::size_t const step = std::bit_floor(rounded) >> shift;  // a power of two and a multiple of a
+    return (rounded + step - 1) & ~(step - 1);
+  }
   /** @return the bytes of a page of class `block_size` added while the pool holds `pool_bytes` (file comment). */
   [[nodiscard]] std::size_t page_bytes_for(std::size_t block_size, std::size_t pool_bytes) const noexcept;
 
