@@ -63,8 +63,8 @@ std::string passes_note(std::size_t passes)
          " on one instance, peaks over all";
 }
 
-/// The replay table's columns (the range column only for several runs; the workers and their waits only for
-/// a replay on several threads).
+/// The replay table's columns (the ns/op range only for several runs, the ratio's range for several runs on
+/// several threads; the workers and their waits only for a replay on several threads).
 text_table replay_table(std::size_t repeats, std::size_t threads)
 {
   std::vector<text_column> columns{{"resource", 11, true}, {"ns/op", 9}, {"peak upstream", 14}, {"peak live", 12}};
@@ -73,6 +73,7 @@ text_table replay_table(std::size_t repeats, std::size_t threads)
   columns.push_back({"failures", 9});
   columns.push_back({"unknown frees", 14});
   if (repeats > 1) { columns.push_back({"ns/op min - max", 21}); }
+  if (repeats > 1 && threads != 1) { columns.push_back({"ratio min - max", 17}); }  // interleavings differ
   if (threads != 1) {
     columns.push_back({"threads", 8});
     columns.push_back({"waits", 10});
@@ -93,6 +94,34 @@ timing timing_of(std::vector<replay_result> const& runs)
   return {bench::median(ns), *low, *high};
 }
 
+/// The run whose ratio is the median of the runs' (the lower middle for an even count; the first run when
+/// there is no ratio): the peaks and counts a table row reports. In log order every run has the same peaks;
+/// on several threads they follow the interleaving, which differs from run to run.
+replay_result const& median_ratio_run(std::vector<replay_result> const& runs)
+{
+  std::vector<std::size_t> order(runs.size());
+  for (std::size_t k = 0; k < order.size(); ++k) { order[k] = k; }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return runs[a].fragmentation.value_or(0.0) < runs[b].fragmentation.value_or(0.0);
+  });
+  return runs[order[(order.size() - 1) / 2]];
+}
+
+/// The lowest and highest ratio of the runs (0 when none has one).
+std::pair<double, double> ratio_range(std::vector<replay_result> const& runs)
+{
+  double low = 0.0;
+  double high = 0.0;
+  bool any = false;
+  for (replay_result const& r : runs) {
+    if (!r.fragmentation) { continue; }
+    low = any ? std::min(low, *r.fragmentation) : *r.fragmentation;
+    high = any ? std::max(high, *r.fragmentation) : *r.fragmentation;
+    any = true;
+  }
+  return {low, high};
+}
+
 int run_replay(replay_command const& c, std::ostream& out)
 {
   std::optional<std::size_t> const vmm_max_mapping_size =
@@ -100,7 +129,7 @@ int run_replay(replay_command const& c, std::ostream& out)
   if (c.csv) {
     out << "log,resource,ops,ns_per_op,peak_upstream_bytes,peak_live_bytes,ratio,failures,unknown_frees,"
            "log_failures,log_failures_reproduced,reserves_upfront,runs,ns_per_op_min,ns_per_op_max,threads,"
-           "cross_thread_waits,warm,held_peak_bytes\n";
+           "cross_thread_waits,warm,held_peak_bytes,ratio_min,ratio_max\n";
   }
   library_log_summary library_log;
   text_table const table = replay_table(c.repeats, c.threads);
@@ -169,7 +198,8 @@ int run_replay(replay_command const& c, std::ostream& out)
     for (std::size_t i = 0; i < c.resources.size(); ++i) {
       std::string const& name = c.resources[i];
       timing const t = timing_of(runs[i]);
-      replay_result const& result = runs[i].front();  // the peaks and counts are the same in every run
+      replay_result const& result = median_ratio_run(runs[i]);
+      auto const [ratio_min, ratio_max] = ratio_range(runs[i]);
       any_upfront = any_upfront || upfront[i];
       std::size_t const upstream = result.peak_upstream_bytes.value_or(0);
       if (c.csv) {
@@ -179,7 +209,7 @@ int run_replay(replay_command const& c, std::ostream& out)
             << result.unknown_frees << ',' << result.log_failures << ',' << result.log_failures_reproduced << ','
             << (upfront[i] ? 1 : 0) << ',' << c.repeats << ',' << std::setprecision(1) << t.min << ',' << t.max
             << ',' << result.threads << ',' << result.cross_thread_waits << ',' << (c.passes - 1) << ','
-            << result.held_peak_bytes << '\n';
+            << result.held_peak_bytes << ',' << std::setprecision(4) << ratio_min << ',' << ratio_max << '\n';
       } else {
         std::string const ratio = result.fragmentation
                                     ? fit_number(*result.fragmentation, 3, upfront[i] ? 7 : 8) + (upfront[i] ? "*" : "")
@@ -191,6 +221,9 @@ int run_replay(replay_command const& c, std::ostream& out)
         cells.push_back(fit_number(static_cast<double>(result.failures), 0, 9));
         cells.push_back(fit_number(static_cast<double>(result.unknown_frees), 0, 14));
         if (c.repeats > 1) { cells.push_back(fit_number(t.min, 1, 9) + " - " + fit_number(t.max, 1, 9)); }
+        if (c.repeats > 1 && c.threads != 1) {
+          cells.push_back(result.fragmentation ? fit_number(ratio_min, 3, 7) + " - " + fit_number(ratio_max, 3, 7) : "-");
+        }
         if (c.threads != 1) {
           cells.push_back(fit_number(static_cast<double>(result.threads), 0, 8));
           cells.push_back(fit_number(static_cast<double>(result.cross_thread_waits), 0, 10));

@@ -173,6 +173,27 @@ class PerformancePage(unittest.TestCase):
         self.assertRegex(targets, r"\*\*(yes|no)\*\*")
         self.assertNotIn("Host backend figures are not GPU figures", result.stdout)
 
+    def test_threaded_replays_show_the_ratios_range_and_the_target_takes_the_worst(self):
+        bundle = copy.deepcopy(self.bundle)
+        for r in bundle["runs"]:
+            r["context"]["gpumem_backend"] = "cuda"
+        runs = runs_of(bundle)
+        threaded = next(r for r in runs["replay_threads"]["rows"] if r["resource"] == "vmm")
+        for resource in ("pool", "vmm"):  # the same log on one thread
+            first = next(r for r in runs["replay"]["rows"] if r["resource"] == resource)
+            runs["replay"]["rows"].append(dict(first, log=threaded["log"], ratio=1.0200))
+        threaded.update(ratio=1.0300, ratio_min=1.0250, ratio_max=1.0900)
+        result = page_of(bundle)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        section = result.stdout.split("### On the log's threads", 1)[1].split("\n### ", 1)[0]
+        row = next(line for line in section.splitlines() if line.startswith("| pytorch_unet_train |"))
+        self.assertIn("1.030 (1.025 – 1.090)", row)
+        self.assertIn("+0.010", row)  # the difference column: the median replay's
+        targets = result.stdout.split("## Targets", 1)[1].split("\n## ", 1)[0]
+        line = next(l for l in targets.splitlines() if "replay --threads 0" in l)
+        self.assertIn("+0.070 (the worst of 3 replays)", line)
+        self.assertIn("**no**", line)
+
     def test_an_input_that_is_not_a_bundle_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "bench.json")
