@@ -235,15 +235,40 @@ def counter_grid(b, counter, render, caption, only=lambda w: True):
     return [caption, ""] + table(["workload"] + [f"`{r}`" for r in resources], rows) + [""]
 
 
+def fragmentation_grid(b):
+    """The alloc run's fragmentation by workload and resource; where the benchmark sampled fresh instances
+    (random_mt and random_streams on several threads), their median with the range in brackets."""
+    workloads, resources = grid(b)
+    rows = []
+    sampled = False
+    for w in (w for w in workloads if w.startswith("random")):
+        cells = []
+        for r in resources:
+            name = bench_name(w, r)
+            v = b.get(name, "fragmentation")
+            low, high = b.get(name, "fragmentation_min"), b.get(name, "fragmentation_max")
+            cell = "" if v is None else f"{v:.2f}"
+            if cell and low is not None and high is not None:
+                cell += f" ({low:.2f} – {high:.2f})"
+                sampled = True
+            cells.append(cell)
+        if any(cells):
+            rows.append([f"`{w}`"] + [c or "–" for c in cells])
+    if not rows:
+        return []
+    caption = "Fragmentation (peak bytes taken from upstream / peak live bytes"
+    caption += ("; on several threads, of the untimed pass of each of several fresh instances, whose interleavings "
+                "differ: the median, the lowest and highest in brackets):" if sampled else "):")
+    return [caption, ""] + table(["workload"] + [f"`{r}`" for r in resources], rows) + [""]
+
+
 @google_section("alloc", lambda b: f"{b.statistic()}; fixed: ns per allocate+free pair; random, random_mt, "
                                     "random_streams: ns per operation (wall time over all threads for the last two)")
 def section_alloc(run, b):
     peer = "cuda_async_default" if "cuda_async_default" in grid(b)[1] else None
     caption = (f"Median ns (ratio to `{peer}`, below 1 is faster):" if peer else "Median ns:")
     out = ratio_grid(b, lambda r: peer, ("ns_per_pair", "ns_per_op"), caption)
-    out += counter_grid(b, "fragmentation", lambda v: f"{v:.2f}",
-                        "Fragmentation (peak bytes taken from upstream / peak live bytes):",
-                        lambda w: w.startswith("random"))
+    out += fragmentation_grid(b)
     out += counter_grid(b, "speedup_vs_1_thread", lambda v: f"{v:.2f}×",
                         "random_mt throughput relative to 1 thread (`random_mt/<resource>/1`):",
                         lambda w: w.startswith("random_mt/") and not w.endswith("/1"))
@@ -418,9 +443,9 @@ def section_replay(runs, name="replay"):
     reps = run["rows"][0].get("runs", 1)
     if threaded:
         note = (f"ns/op: wall time of the workers / operations, median of {reps} replays per resource, the resources "
-                "taking turns; ratio: peak bytes taken from the device / the most bytes the workers held at once, "
-                "of the replay with the median ratio (the interleaving differs from replay to replay), with the "
-                "lowest and highest in brackets")
+                "taking turns; ratio: peak bytes taken from the device / the most bytes the workers held at once" +
+                (", of the replay with the median ratio (the interleaving differs from replay to replay), with the "
+                 "lowest and highest in brackets" if any(r.get("ratio_max") for r in run["rows"]) else ""))
     else:
         timed = "the second replay of each instance, " if run["rows"][0].get("warm") else ""
         note = (f"ns/op: {timed}median of {reps} replays per resource, the resources taking turns; ratio: "
@@ -664,9 +689,10 @@ def section_targets(runs):
                        if r["resource"] == "vmm" and r.get("ratio") and r["log"] in one]
         if differences:
             reps = threads["rows"][0].get("runs", 1)
+            ranged = any(r.get("ratio_max") for r in threads["rows"])
             rows.append(["`replay --threads 0` of the logs of several threads, `vmm`",
                          "ratio ≤ one thread's + 0.05", f"{max(differences):+.3f}" +
-                         (f" (the worst of {reps} replays)" if reps > 1 else ""),
+                         (f" (the worst of {reps} replays)" if reps > 1 and ranged else ""),
                          verdict(threads, max(differences) <= 0.05)])
     transfer = runs.get("transfer")
     if transfer:

@@ -29,7 +29,10 @@
 // a benchmark call that outlives --timeout ends the process (bench_support.hpp).
 // Counters: ns_per_pair / ns_per_op, pairs_per_s / ops_per_s, ops and bytes_allocated per pass, peak live
 // bytes; for sub-allocators, peak_upstream_bytes (bytes taken from the cuda_memory_resource below, through
-// mr::statistics_resource_adaptor) and fragmentation = peak_upstream_bytes / peak_live_bytes; in random_mt and
+// mr::statistics_resource_adaptor) and fragmentation = peak_upstream_bytes / peak_live_bytes. On several threads
+// (random_mt/<T> with T > 1, random_streams), where the interleaving and so the peaks differ from pass to pass,
+// a gpumem resource's fragmentation is the median over the untimed passes of fragmentation_samples fresh
+// instances (each its own pass's peaks), with fragmentation_min and fragmentation_max; in random_mt and
 // random_streams, for resources that count them (vmm), cross_stream_share = the share of the timed allocations
 // that took a block another stream freed (each makes its stream wait for that one), and waits_per_cross_take
 // = how many other streams such an allocation waits for on average (the streams of the pieces it is cut from).
@@ -104,6 +107,7 @@ struct bench_context {
   resource_handle resource;
   bool warmed{false};
   std::size_t peak_live_bytes{};  // measured by the warm-up pass (random_mt)
+  std::vector<double> fragmentation_samples;  // random_mt on several threads: one per fresh instance's pass
 };
 
 std::unique_ptr<bench_context> g_context;
@@ -254,6 +258,11 @@ void bm_random(benchmark::State& state, std::string const& id, std::string const
 
 std::map<std::string, double> g_one_thread_ns_per_op;  // resource -> random_mt/<resource>/1's latest figure
 
+/// Fresh instances of a gpumem resource (not of a peer) whose untimed pass each gives one fragmentation sample
+/// in random_mt and random_streams on several threads: the threads' interleaving, and so the peaks, differ
+/// from pass to pass.
+constexpr std::size_t fragmentation_samples = 5;
+
 /// random_mt/<resource>/<threads> (per_thread 1) and random_streams/<resource>/<threads>x<per_thread>.
 void bm_random_mt(benchmark::State& state, std::string const& id, std::string const& resource_name, int threads,
                   std::size_t per_thread)
@@ -281,19 +290,37 @@ void bm_random_mt(benchmark::State& state, std::string const& id, std::string co
       return std::span<cuda_stream_view const>{streams}.subspan(t * per_thread, per_thread);
     };
     first_error error;
-    if (!ctx.warmed) {
+    std::vector<double>& samples = ctx.fragmentation_samples;  // of each fresh instance's untimed pass
+    // The untimed verification pass on `r` (a fresh instance): its peak live bytes, or nullopt after a failure.
+    auto const verify = [&](resource_handle const& r) -> std::optional<std::size_t> {
       block_checker checker;
       live_meter meter;
       team.run([&](std::size_t t) {
-        std::string const e = run_sequence_checked(resource, streams_of(t), seqs[t], slots[t], checker, meter);
+        std::string const e = run_sequence_checked(r.get(), streams_of(t), seqs[t], slots[t], checker, meter);
         if (!e.empty()) { error.set("thread " + std::to_string(t) + ": " + e); }
       });
       if (std::string const e = error.get(); !e.empty()) {
         record_failure(state, id + " (untimed verification pass): " + e);
-        return;
+        return std::nullopt;
       }
-      ctx.peak_live_bytes = meter.peak.load();
+      std::optional<std::size_t> const upstream = r.peak_upstream_bytes();
+      if (upstream && meter.peak.load() > 0 && !r.reserves_upfront()) {
+        samples.push_back(static_cast<double>(*upstream) / static_cast<double>(meter.peak.load()));
+      }
+      return meter.peak.load();
+    };
+    if (!ctx.warmed) {
+      std::optional<std::size_t> const live = verify(ctx.resource);
+      if (!live) { return; }
+      ctx.peak_live_bytes = *live;
       ctx.warmed = true;
+      registry::resource_info const* const info = registry::find_resource(resource_name);
+      if (threads > 1 && !samples.empty() && info != nullptr && !info->peer) {
+        for (std::size_t k = 1; k < fragmentation_samples; ++k) {  // one instance at a time: the last goes first
+          resource_handle const fresh = make_resource(resource_name, workload_shape().max_size);
+          if (!verify(fresh)) { return; }
+        }
+      }
     }
     double total_seconds = 0;
     std::optional<std::size_t> const cross_before = ctx.resource.cross_stream_takes();
@@ -335,6 +362,14 @@ void bm_random_mt(benchmark::State& state, std::string const& id, std::string co
       state.counters["speedup_vs_1_thread"] = it->second / ns_per_op;
     }
     set_upstream_counters(state, ctx, ctx.peak_live_bytes, true);
+    if (samples.size() > 1) {
+      // Each fresh instance's own pass, rather than the timed instance's peak over every pass: the median,
+      // and the range.
+      state.counters["fragmentation"] = bench::median(samples);
+      state.counters["fragmentation_min"] = *std::min_element(samples.begin(), samples.end());
+      state.counters["fragmentation_max"] = *std::max_element(samples.begin(), samples.end());
+      state.counters["fragmentation_samples"] = static_cast<double>(samples.size());
+    }
     if (auto const f = state.counters.find("fragmentation"); per_thread > 1 && f != state.counters.end()) {
       if (auto const r = g_random_fragmentation.find(resource_name); r != g_random_fragmentation.end()) {
         state.counters["fragmentation_over_random"] = f->second.value - r->second;

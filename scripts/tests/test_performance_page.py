@@ -194,6 +194,17 @@ class PerformancePage(unittest.TestCase):
         self.assertIn("+0.070 (the worst of 3 replays)", line)
         self.assertIn("**no**", line)
 
+    def test_sampled_fragmentation_shows_its_range(self):
+        bundle = copy.deepcopy(self.bundle)
+        for b in runs_of(bundle)["alloc"]["benchmarks"]:
+            if b.get("run_name", b["name"]).startswith("random_mt/binning/16/") and "fragmentation" in b:
+                b.update(fragmentation=9.5, fragmentation_min=9.25, fragmentation_max=9.75, fragmentation_samples=5)
+        result = page_of(bundle)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("9.50 (9.25 – 9.75)", result.stdout)
+        self.assertIn("the median, the lowest and highest in brackets", result.stdout)
+        self.assertNotIn("the lowest and highest in brackets", self.page.split("## Allocation", 1)[1].split("\n## ", 1)[0])
+
     def test_an_input_that_is_not_a_bundle_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "bench.json")
