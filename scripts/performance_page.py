@@ -219,6 +219,7 @@ def ratio_grid(b, peer_of, counters, caption):
 
 
 def counter_grid(b, counter, render, caption, only=lambda w: True):
+    """A table of `counter` by workload and resource; render(value, benchmark name) writes a cell."""
     workloads, resources = grid(b)
     rows = []
     for w in workloads:
@@ -227,7 +228,7 @@ def counter_grid(b, counter, render, caption, only=lambda w: True):
         cells = []
         for r in resources:
             v = b.get(bench_name(w, r), counter)
-            cells.append("" if v is None else render(v))
+            cells.append("" if v is None else render(v, bench_name(w, r)))
         if any(cells):
             rows.append([f"`{w}`"] + [c or "–" for c in cells])
     if not rows:
@@ -235,31 +236,11 @@ def counter_grid(b, counter, render, caption, only=lambda w: True):
     return [caption, ""] + table(["workload"] + [f"`{r}`" for r in resources], rows) + [""]
 
 
-def fragmentation_grid(b):
-    """The alloc run's fragmentation by workload and resource; where the benchmark sampled fresh instances
-    (random_mt and random_streams on several threads), their median with the range in brackets."""
-    workloads, resources = grid(b)
-    rows = []
-    sampled = False
-    for w in (w for w in workloads if w.startswith("random")):
-        cells = []
-        for r in resources:
-            name = bench_name(w, r)
-            v = b.get(name, "fragmentation")
-            low, high = b.get(name, "fragmentation_min"), b.get(name, "fragmentation_max")
-            cell = "" if v is None else f"{v:.2f}"
-            if cell and low is not None and high is not None:
-                cell += f" ({low:.2f} – {high:.2f})"
-                sampled = True
-            cells.append(cell)
-        if any(cells):
-            rows.append([f"`{w}`"] + [c or "–" for c in cells])
-    if not rows:
-        return []
-    caption = "Fragmentation (peak bytes taken from upstream / peak live bytes"
-    caption += ("; on several threads, of the untimed pass of each of several fresh instances, whose interleavings "
-                "differ: the median, the lowest and highest in brackets):" if sampled else "):")
-    return [caption, ""] + table(["workload"] + [f"`{r}`" for r in resources], rows) + [""]
+def fragmentation_cell(b, v, name):
+    """A fragmentation figure; where the benchmark sampled fresh instances (random_mt and random_streams on
+    several threads), the median with the range in brackets."""
+    low, high = b.get(name, "fragmentation_min"), b.get(name, "fragmentation_max")
+    return f"{v:.2f}" + (f" ({low:.2f} – {high:.2f})" if low is not None and high is not None else "")
 
 
 @google_section("alloc", lambda b: f"{b.statistic()}; fixed: ns per allocate+free pair; random, random_mt, "
@@ -268,8 +249,13 @@ def section_alloc(run, b):
     peer = "cuda_async_default" if "cuda_async_default" in grid(b)[1] else None
     caption = (f"Median ns (ratio to `{peer}`, below 1 is faster):" if peer else "Median ns:")
     out = ratio_grid(b, lambda r: peer, ("ns_per_pair", "ns_per_op"), caption)
-    out += fragmentation_grid(b)
-    out += counter_grid(b, "speedup_vs_1_thread", lambda v: f"{v:.2f}×",
+    sampled = any(b.get(name, "fragmentation_min") is not None for name in b.order)
+    out += counter_grid(b, "fragmentation", lambda v, name: fragmentation_cell(b, v, name),
+                        "Fragmentation (peak bytes taken from upstream / peak live bytes" +
+                        ("; on several threads, of the untimed pass of each of several fresh instances, whose "
+                         "interleavings differ: the median, the lowest and highest in brackets):" if sampled else "):"),
+                        lambda w: w.startswith("random"))
+    out += counter_grid(b, "speedup_vs_1_thread", lambda v, name: f"{v:.2f}×",
                         "random_mt throughput relative to 1 thread (`random_mt/<resource>/1`):",
                         lambda w: w.startswith("random_mt/") and not w.endswith("/1"))
     return out

@@ -110,16 +110,13 @@ replay_result const& median_ratio_run(std::vector<replay_result> const& runs)
 /// The lowest and highest ratio of the runs (0 when none has one).
 std::pair<double, double> ratio_range(std::vector<replay_result> const& runs)
 {
-  double low = 0.0;
-  double high = 0.0;
-  bool any = false;
+  std::vector<double> ratios;
   for (replay_result const& r : runs) {
-    if (!r.fragmentation) { continue; }
-    low = any ? std::min(low, *r.fragmentation) : *r.fragmentation;
-    high = any ? std::max(high, *r.fragmentation) : *r.fragmentation;
-    any = true;
+    if (r.fragmentation) { ratios.push_back(*r.fragmentation); }
   }
-  return {low, high};
+  if (ratios.empty()) { return {0.0, 0.0}; }
+  auto const [low, high] = std::minmax_element(ratios.begin(), ratios.end());
+  return {*low, *high};
 }
 
 int run_replay(replay_command const& c, std::ostream& out)
